@@ -1,0 +1,303 @@
+//! Shard leases and checkpoints: who may process a shard now, and how far it got.
+//!
+//! Lambda delivers a shard's batches at least once and, after errors or mapping updates, may
+//! deliver the same records to two invocations at once. A lease makes one invocation the owner of
+//! a shard while it works, and a checkpoint written on condition of still owning it records what
+//! is done, so a redelivery skips it. The storage is a trait, [`LeaseStore`], with the seed
+//! crate's five methods; the toolkit's extensions are provided methods built on those five, so a
+//! store written for the seed keeps compiling, and a store that can do better (the `DynamoDB`
+//! one) overrides them to save round trips.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sequence::{Position, SequenceError};
+
+/// The checkpoint value marking a shard fully consumed; its children may start.
+pub const SHARD_END: &str = "SHARD_END";
+
+/// A boxed future that can cross threads: what every [`LeaseStore`] method returns, so the
+/// trait stays object safe (`Arc<dyn LeaseStore>`). The same type as `futures`' `BoxFuture`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The error a lease store reports. The processor adds the stream, the shard and the sequence
+/// number when it logs or returns one; typed causes (such as
+/// [`UnattributedLegacyRow`](crate::UnattributedLegacyRow)) can be recovered with `downcast_ref`.
+pub type LeaseError = Box<dyn StdError + Send + Sync>;
+
+/// The name one shard's lease and checkpoint live under: the stream and the shard id.
+///
+/// Every stream's first shard is `shardId-000000000000`, so a store keys by both, and one table
+/// serves every stream. Both parts are shared: each record of a batch carries its key.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::LeaseKey;
+///
+/// let key = LeaseKey::new("orders", "shardId-000000000003");
+/// assert_eq!(key.stream(), "orders");
+/// assert_eq!(key.to_string(), "orders:shardId-000000000003");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseKey {
+    stream: Arc<str>,
+    shard: Arc<str>,
+}
+
+impl LeaseKey {
+    /// The lease of `shard` on `stream`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::LeaseKey;
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// assert_eq!(key.shard(), "shardId-000000000000");
+    /// ```
+    #[must_use]
+    pub fn new(stream: impl Into<Arc<str>>, shard: impl Into<Arc<str>>) -> Self {
+        Self {
+            stream: stream.into(),
+            shard: shard.into(),
+        }
+    }
+
+    /// The stream the shard belongs to.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::LeaseKey;
+    /// assert_eq!(LeaseKey::new("orders", "shardId-000000000000").stream(), "orders");
+    /// ```
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The shard id, unique within its stream only.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::LeaseKey;
+    /// assert_eq!(LeaseKey::new("orders", "shardId-000000000001").shard(), "shardId-000000000001");
+    /// ```
+    #[must_use]
+    pub fn shard(&self) -> &str {
+        &self.shard
+    }
+}
+
+/// `stream:shard`, the `lease_key` of the shard's row. A stream name holds no colon, so the form
+/// is unambiguous.
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.stream, self.shard)
+    }
+}
+
+/// The persisted state of one shard's row.
+///
+/// The seed crate's state held the checkpoint only; the other fields are the toolkit's
+/// extensions of the schema, and a store that does not keep them leaves them empty.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::{LeaseState, Position};
+///
+/// let mut state = LeaseState::default();
+/// state.checkpoint = Some("1200".to_owned());
+/// state.checkpoint_sub = Some(4);
+/// assert_eq!(state.position()?, Some(Position::sub_record("1200".parse()?, 4)));
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseState {
+    /// The last checkpointed sequence number, [`SHARD_END`] when the shard is finished, or
+    /// `None` when never checkpointed.
+    pub checkpoint: Option<String>,
+    /// The sub-sequence of the checkpoint inside a KPL aggregate; `None` covers the whole record.
+    pub checkpoint_sub: Option<u64>,
+    /// Who holds the lease, if anyone.
+    pub lease_owner: Option<String>,
+    /// When the lease lapses, in epoch milliseconds.
+    pub lease_expiry: Option<u64>,
+    /// The fencing counter, bumped by every write.
+    pub lease_counter: u64,
+    /// The shard's parents, once learnt from the stream's topology.
+    pub parent_shards: Vec<String>,
+}
+
+impl LeaseState {
+    /// The checkpoint in the extended order, or `None` when the shard was never checkpointed.
+    ///
+    /// # Errors
+    ///
+    /// A stored checkpoint that is neither a sequence number nor [`SHARD_END`]: the row was
+    /// written by something else, and guessing would skip or replay records.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseState, Position, SHARD_END};
+    /// let mut state = LeaseState::default();
+    /// assert_eq!(state.position()?, None);
+    /// state.checkpoint = Some(SHARD_END.to_owned());
+    /// assert_eq!(state.position()?, Some(Position::ShardEnd));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    pub fn position(&self) -> Result<Option<Position>, SequenceError> {
+        self.checkpoint
+            .as_deref()
+            .map(|checkpoint| Position::from_checkpoint(checkpoint, self.checkpoint_sub))
+            .transpose()
+    }
+}
+
+/// What [`LeaseStore::acquire_and_read`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The lease is ours; the row as it stands after taking it.
+    Acquired(LeaseState),
+    /// Another live owner holds the lease; the row as it stands, naming that owner when the
+    /// store knows it.
+    Held(LeaseState),
+}
+
+/// Durable coordination for shard leases and checkpoints.
+///
+/// The contract is the seed crate's, after the vendor's consumer library: `acquire` takes a
+/// shard for an owner (stealing an expired lease), `renew` heartbeats it, and `checkpoint`
+/// records progress on condition of still holding the lease. A `false` from `renew` or
+/// `checkpoint` means the owner has been fenced and must stop processing at once. Every call
+/// names the shard by its [`LeaseKey`].
+///
+/// The provided methods are the toolkit's extensions. Their defaults are built on the five
+/// required ones, so any store works; a store that can do a combination in one request should
+/// override them.
+///
+/// # Examples
+///
+/// A store needs only the five methods; the processor calls the extensions.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use kinesis_checkpoint::{Claim, LeaseKey, LeaseStore, MemoryLeaseStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// let store = MemoryLeaseStore::new();
+/// let key = LeaseKey::new("orders", "shardId-000000000000");
+/// let Claim::Acquired(state) = store.acquire_and_read(&key, "me", Duration::from_secs(30)).await?
+/// else {
+///     panic!("nobody else holds it");
+/// };
+/// assert_eq!(state.checkpoint, None);
+/// assert!(store.checkpoint(&key, "me", "17").await?);
+/// store.release(&key, "me").await?;
+/// # Ok(())
+/// # }
+/// ```
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Attempts to take the shard's lease for `owner`, valid for `ttl`. Returns `false` when
+    /// another live owner holds it.
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Heartbeats the lease. Returns `false` when the lease is no longer held (fenced).
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Records `sequence` as the shard's checkpoint, on condition that `owner` holds the lease.
+    /// Returns `false` when fenced.
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Reads the shard's persisted state, whoever owns it.
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>>;
+
+    /// Releases the lease so another owner can take it without waiting for expiry. Releasing a
+    /// lease that is no longer ours does nothing.
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
+
+    /// Takes the lease and reads the row: the first step of every invocation.
+    ///
+    /// The default calls [`acquire`](Self::acquire) then [`read`](Self::read), two requests; a
+    /// store that can return the row from the acquiring write should do it in one.
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            let acquired = self.acquire(key, owner, ttl).await?;
+            let state = self.read(key).await?;
+            Ok(if acquired {
+                Claim::Acquired(state)
+            } else {
+                Claim::Held(state)
+            })
+        })
+    }
+
+    /// Records `position` (a sequence number, possibly inside a KPL aggregate, or
+    /// [`Position::ShardEnd`]) as the checkpoint, on condition that `owner` holds the lease.
+    /// Returns `false` when fenced.
+    ///
+    /// The default can store only what [`checkpoint`](Self::checkpoint) can: a whole record or
+    /// the shard's end. A position inside an aggregate is then not written (the checkpoint stays
+    /// where it was, and the default only checks, by a renew, that the lease is still held), so
+    /// the sub-records done so far run again after a redelivery: a duplicate, never a loss.
+    /// Stores that keep `checkpoint_sub` override this.
+    fn checkpoint_position<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        match position.sub_sequence() {
+            None => self.checkpoint(key, owner, position.checkpoint()),
+            Some(_) => self.renew(key, owner, Duration::ZERO),
+        }
+    }
+
+    /// Records `position`, when there is progress to record, and releases the lease: the last
+    /// step of every invocation. Returns `false` when fenced, in which case nothing was written.
+    ///
+    /// The default calls [`checkpoint_position`](Self::checkpoint_position) then
+    /// [`release`](Self::release); a store with conditional writes should do both in one.
+    fn checkpoint_and_release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            if let Some(position) = position
+                && !self.checkpoint_position(key, owner, position).await?
+            {
+                return Ok(false);
+            }
+            self.release(key, owner).await?;
+            Ok(true)
+        })
+    }
+}

@@ -1,0 +1,81 @@
+//! # kinesis-checkpoint
+//!
+//! Effectively-once processing of Amazon Kinesis records in AWS Lambda.
+//!
+//! Lambda's Kinesis event source mapping delivers a shard's records at least once: batches come
+//! again after errors, time-outs and mapping updates, a partial failure makes Lambda redeliver
+//! from the lowest reported record, and two invocations may hold the same records at once. This
+//! crate keeps a lease and a checkpoint per shard in `DynamoDB` (one row, two requests per
+//! batch), so that:
+//!
+//! - a redelivered record is skipped, not processed twice;
+//! - a shard stops at its first failed record and reports only that one, keeping per-key order;
+//! - a concurrent delivery of a shard processes nothing;
+//! - a malformed record is never skipped silently.
+//!
+//! The pieces, one module each:
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`sequence`] | sequence numbers and the extended order checkpoints compare in |
+//! | [`record`] | the record a handler sees, parsed out of Lambda's event |
+//! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
+//! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
+//! | [`memory`] | [`MemoryLeaseStore`], the embedded store |
+//! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
+//! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use kinesis_checkpoint::prelude::*;
+//!
+//! async fn handle(record: Record) -> Outcome {
+//!     tracing::info!(sequence = %record.sequence(), "processed");
+//!     Outcome::ack()
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), lambda_runtime::Error> {
+//!     let config = aws_config::load_from_env().await;
+//!     let leases = Arc::new(DynamoLeaseStore::new(&config, "orders-leases"));
+//!     lambda_runtime::run(Processor::new(leases, handle).service()).await
+//! }
+//! ```
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamo;
+pub mod handler;
+pub mod lease;
+pub mod memory;
+pub mod processor;
+pub mod record;
+pub mod sequence;
+
+#[cfg(feature = "dynamodb")]
+pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
+pub use handler::{Handler, HandlerError, Json, Outcome, json};
+pub use lease::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
+pub use memory::MemoryLeaseStore;
+pub use processor::{
+    BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
+};
+pub use record::{MalformedReason, MalformedRecord, PayloadError, Record};
+pub use sequence::{Position, SequenceError, SequenceNumber};
+
+/// The names a Lambda function needs, in one `use`.
+///
+/// ```
+/// use kinesis_checkpoint::prelude::*;
+///
+/// let _ = Outcome::ack();
+/// ```
+pub mod prelude {
+    #[cfg(feature = "dynamodb")]
+    pub use crate::DynamoLeaseStore;
+    pub use crate::{
+        Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json,
+    };
+}

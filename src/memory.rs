@@ -1,0 +1,359 @@
+//! [`MemoryLeaseStore`]: leases and checkpoints in the process's memory.
+//!
+//! The embedded default: it needs no server, so the demo, the local event source and the
+//! simulation tests run on it. It keeps the whole schema (sub-sequence checkpoints, owners,
+//! expiries, the fencing counter) and does every combined operation under one lock, so it
+//! behaves like the `DynamoDB` store's conditional writes. Nothing survives the process.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::lease::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore};
+use crate::sequence::Position;
+
+/// In-process lease coordination, correct within one process.
+///
+/// Expired leases are stealable, checkpoints survive release, and two streams with the same
+/// shard id are two leases.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// let store = MemoryLeaseStore::new();
+/// let key = LeaseKey::new("orders", "shardId-000000000000");
+/// assert!(store.acquire(&key, "a", Duration::from_secs(30)).await?);
+/// assert!(!store.acquire(&key, "b", Duration::from_secs(30)).await?, "a holds it");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryLeaseStore {
+    rows: Mutex<HashMap<LeaseKey, LeaseState>>,
+}
+
+impl MemoryLeaseStore {
+    /// Creates an empty store.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::MemoryLeaseStore;
+    /// let store = MemoryLeaseStore::new();
+    /// assert!(store.snapshot().is_empty());
+    /// ```
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every row, for tests and the demo's summary.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
+    /// assert_eq!(store.snapshot()[&key].lease_owner.as_deref(), Some("a"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn snapshot(&self) -> HashMap<LeaseKey, LeaseState> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<LeaseKey, LeaseState>> {
+        // A panic elsewhere cannot leave a row half-written: every change below is a few
+        // assignments with nothing that panics in between.
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with_row<R>(&self, key: &LeaseKey, change: impl FnOnce(&mut LeaseState) -> R) -> R {
+        let mut rows = self.lock();
+        if let Some(row) = rows.get_mut(key) {
+            return change(row);
+        }
+        change(rows.entry(key.clone()).or_default())
+    }
+
+    /// Takes the lease when it is free, ours, or expired; bumps the counter as a write does.
+    fn take(row: &mut LeaseState, owner: &str, ttl: Duration) -> bool {
+        let now = now_millis();
+        let held_by_other = row.lease_owner.as_deref().is_some_and(|current| {
+            current != owner && row.lease_expiry.is_some_and(|expiry| expiry > now)
+        });
+        if held_by_other {
+            return false;
+        }
+        row.lease_owner = Some(owner.to_owned());
+        row.lease_expiry = Some(now.saturating_add(millis(ttl)));
+        row.lease_counter += 1;
+        true
+    }
+
+    fn owned_by(row: &LeaseState, owner: &str) -> bool {
+        row.lease_owner.as_deref() == Some(owner)
+    }
+
+    fn write_position(row: &mut LeaseState, position: &Position) {
+        row.checkpoint = Some(position.checkpoint().to_owned());
+        row.checkpoint_sub = position.sub_sequence();
+        row.lease_counter += 1;
+    }
+
+    fn free(row: &mut LeaseState) {
+        row.lease_owner = None;
+        row.lease_expiry = None;
+        row.lease_counter += 1;
+    }
+}
+
+/// The wall clock in epoch milliseconds, the unit of `lease_expiry`.
+pub(crate) fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| millis(since))
+}
+
+/// A duration in whole milliseconds, saturating: a lease of centuries is still a lease.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl LeaseStore for MemoryLeaseStore {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move { Ok(self.with_row(key, |row| Self::take(row, owner, ttl))) })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                let ours = Self::owned_by(row, owner);
+                if ours {
+                    row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
+                    row.lease_counter += 1;
+                }
+                ours
+            }))
+        })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                let ours = Self::owned_by(row, owner);
+                if ours {
+                    row.checkpoint = Some(sequence.to_owned());
+                    row.checkpoint_sub = None;
+                    row.lease_counter += 1;
+                }
+                ours
+            }))
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        Box::pin(async move { Ok(self.lock().get(key).cloned().unwrap_or_default()) })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            self.with_row(key, |row| {
+                if Self::owned_by(row, owner) {
+                    Self::free(row);
+                }
+            });
+            Ok(())
+        })
+    }
+
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                if Self::take(row, owner, ttl) {
+                    Claim::Acquired(row.clone())
+                } else {
+                    Claim::Held(row.clone())
+                }
+            }))
+        })
+    }
+
+    fn checkpoint_position<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                let ours = Self::owned_by(row, owner);
+                if ours {
+                    Self::write_position(row, position);
+                }
+                ours
+            }))
+        })
+    }
+
+    fn checkpoint_and_release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                let ours = Self::owned_by(row, owner);
+                if ours {
+                    if let Some(position) = position {
+                        Self::write_position(row, position);
+                    }
+                    Self::free(row);
+                }
+                ours
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::SHARD_END;
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    fn orders(shard: &str) -> LeaseKey {
+        LeaseKey::new("orders", shard)
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_is_exclusive_and_an_expired_one_is_stealable() {
+        let store = MemoryLeaseStore::new();
+        let shard = orders("shardId-000000000000");
+        assert!(store.acquire(&shard, "a", TTL).await.unwrap());
+        assert!(!store.acquire(&shard, "b", TTL).await.unwrap());
+        assert!(
+            store.acquire(&shard, "a", TTL).await.unwrap(),
+            "the owner may take its own lease again"
+        );
+
+        let store = MemoryLeaseStore::new();
+        assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
+        assert!(store.acquire(&shard, "b", TTL).await.unwrap(), "a lapsed");
+        assert!(!store.renew(&shard, "a", TTL).await.unwrap(), "a is fenced");
+        assert!(!store.checkpoint(&shard, "a", "5").await.unwrap());
+        assert_eq!(store.read(&shard).await.unwrap().checkpoint, None);
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_outlives_the_release_of_its_lease() {
+        let store = MemoryLeaseStore::new();
+        let shard = orders("shardId-000000000000");
+        assert!(store.acquire(&shard, "a", TTL).await.unwrap());
+        assert!(store.checkpoint(&shard, "a", "41").await.unwrap());
+        store.release(&shard, "a").await.unwrap();
+        let state = store.read(&shard).await.unwrap();
+        assert_eq!(state.checkpoint.as_deref(), Some("41"));
+        assert_eq!(state.lease_owner, None);
+        assert!(store.acquire(&shard, "b", TTL).await.unwrap(), "released means free");
+    }
+
+    #[tokio::test]
+    async fn one_shard_id_on_two_streams_is_two_leases_with_two_checkpoints() {
+        let store = MemoryLeaseStore::new();
+        let orders = LeaseKey::new("orders", "shardId-000000000000");
+        let refunds = LeaseKey::new("refunds", "shardId-000000000000");
+        assert!(store.acquire(&orders, "a", TTL).await.unwrap());
+        assert!(store.acquire(&refunds, "b", TTL).await.unwrap());
+        assert!(store.checkpoint(&orders, "a", "41").await.unwrap());
+        assert!(store.checkpoint(&refunds, "b", SHARD_END).await.unwrap());
+        assert_eq!(
+            store.read(&orders).await.unwrap().checkpoint.as_deref(),
+            Some("41")
+        );
+        assert_eq!(
+            store.read(&refunds).await.unwrap().checkpoint.as_deref(),
+            Some(SHARD_END)
+        );
+    }
+
+    #[tokio::test]
+    async fn every_write_bumps_the_fencing_counter() {
+        let store = MemoryLeaseStore::new();
+        let shard = orders("shardId-000000000000");
+        let position = Position::sub_record("9".parse().unwrap(), 2);
+        let Claim::Acquired(first) = store.acquire_and_read(&shard, "a", TTL).await.unwrap()
+        else {
+            panic!("the lease was free");
+        };
+        assert!(store.renew(&shard, "a", TTL).await.unwrap());
+        assert!(
+            store
+                .checkpoint_and_release(&shard, "a", Some(&position))
+                .await
+                .unwrap()
+        );
+        let last = store.read(&shard).await.unwrap();
+        assert_eq!(last.lease_counter, first.lease_counter + 3);
+        assert_eq!(last.position().unwrap(), Some(position));
+    }
+
+    #[tokio::test]
+    async fn a_fenced_owner_can_neither_checkpoint_nor_release_the_new_owners_lease() {
+        let store = MemoryLeaseStore::new();
+        let shard = orders("shardId-000000000000");
+        assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
+        let Claim::Acquired(_) = store.acquire_and_read(&shard, "b", TTL).await.unwrap() else {
+            panic!("a's lease lapsed");
+        };
+        let position = Position::record("100".parse().unwrap());
+        assert!(
+            !store
+                .checkpoint_and_release(&shard, "a", Some(&position))
+                .await
+                .unwrap()
+        );
+        store.release(&shard, "a").await.unwrap();
+        let state = store.read(&shard).await.unwrap();
+        assert_eq!(state.lease_owner.as_deref(), Some("b"));
+        assert_eq!(state.checkpoint, None);
+        let Claim::Held(held) = store.acquire_and_read(&shard, "c", TTL).await.unwrap() else {
+            panic!("b holds it");
+        };
+        assert_eq!(held.lease_owner.as_deref(), Some("b"));
+    }
+}

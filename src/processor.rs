@@ -1,0 +1,873 @@
+//! One Lambda invocation: parse, claim, dedupe, dispatch, checkpoint, answer.
+//!
+//! Lambda's event source mapping delivers a shard's records at least once, retries from the
+//! lowest sequence number a function reports, and reads nothing but that report. The
+//! [`Processor`] turns those rules into effectively-once processing: it claims the shard's
+//! lease, skips what the checkpoint says is done, runs the handler in order until the first
+//! record that is not done, writes the new checkpoint and releases the lease in one conditional
+//! write, and reports that one record. Steps of `DESIGN.md` not built yet (the parent gate, dead
+//! letters) have their place marked where they go.
+//!
+//! Dispatch (running the handler over the records that are not done) is one function with a
+//! narrow contract: it takes the pending records and returns what became of each, and the
+//! position below which everything is done. A per-partition-key concurrent dispatcher fits the
+//! same contract.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
+use tracing::Instrument;
+
+use crate::handler::{Handler, Outcome};
+use crate::lease::{BoxFuture, Claim, LeaseKey, LeaseStore};
+use crate::memory::{millis, now_millis};
+use crate::record::{MalformedRecord, Parsed, Record, parse_event};
+use crate::sequence::{Position, SequenceNumber};
+
+/// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
+/// invocation that dies holds its shard for seconds; renewed while a long batch runs.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How long before the deadline dispatching stops, leaving time for the checkpoint write.
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.
+///
+/// Cloning is cheap: the store and the handler are shared.
+///
+/// # Examples
+///
+/// A whole Lambda function:
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kinesis_checkpoint::{DynamoLeaseStore, Outcome, Processor, Record};
+///
+/// async fn handle(record: Record) -> Outcome {
+///     tracing::info!(sequence = %record.sequence(), "processed");
+///     Outcome::ack()
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), lambda_runtime::Error> {
+///     let config = aws_config::load_from_env().await;
+///     let leases = Arc::new(DynamoLeaseStore::new(&config, "orders-leases"));
+///     lambda_runtime::run(Processor::new(leases, handle).service()).await
+/// }
+/// ```
+pub struct Processor<H> {
+    store: Arc<dyn LeaseStore>,
+    handler: Arc<H>,
+    lease_ttl: Duration,
+    deadline_margin: Duration,
+}
+
+impl<H> Clone for Processor<H> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            handler: Arc::clone(&self.handler),
+            lease_ttl: self.lease_ttl,
+            deadline_margin: self.deadline_margin,
+        }
+    }
+}
+
+impl<H> fmt::Debug for Processor<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Processor")
+            .field("lease_ttl", &self.lease_ttl)
+            .field("deadline_margin", &self.deadline_margin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a batch failed as a whole instead of reporting one record per shard.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// A record without a usable sequence number: no identifier can name it in a partial batch
+    /// failure, so the whole batch fails from it and Lambda delivers it again (or bisects).
+    /// The records before it were processed and checkpointed.
+    #[error("{0}; the batch fails from this record so that Lambda delivers it again")]
+    Unreportable(MalformedRecord),
+}
+
+impl From<ProcessError> for Diagnostic {
+    fn from(error: ProcessError) -> Self {
+        Self {
+            error_type: "KinesisCheckpoint.ProcessError".to_owned(),
+            error_message: error.to_string(),
+        }
+    }
+}
+
+/// What became of one record of the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Disposition {
+    /// The handler ran and the record is done.
+    Processed,
+    /// At or below the checkpoint: done by an earlier delivery, not run again.
+    Duplicate,
+    /// Reported as the batch item failure: Lambda delivers it again.
+    Reported,
+    /// After the reported record: not run, delivered again with it.
+    NotAttempted,
+}
+
+impl fmt::Display for Disposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "skipped (duplicate)",
+            Self::Reported => "reported",
+            Self::NotAttempted => "not attempted",
+        })
+    }
+}
+
+/// Why a shard stopped before the end of its records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// Another live owner holds the lease: a concurrent delivery of the same shard.
+    LeaseHeld {
+        /// The holder, when the store said.
+        owner: Option<String>,
+    },
+    /// The lease store failed (throttled, unreachable, refused).
+    Store(String),
+    /// The row's checkpoint is not a sequence number.
+    BadCheckpoint(String),
+    /// The handler asked for the record to be retried.
+    Retry(String),
+    /// The handler rejected the record and no dead-letter sink takes it, so it is retried.
+    Rejected(String),
+    /// The handler panicked.
+    Panicked(String),
+    /// The handler ran into the deadline.
+    HandlerTimedOut,
+    /// Too little time was left to start another record.
+    Deadline,
+    /// The lease was lost (a renew failed or it lapsed): another owner may be processing.
+    Fenced,
+    /// The checkpoint write found the lease in another owner's hands.
+    CheckpointFenced,
+    /// The checkpoint write failed.
+    CheckpointFailed(String),
+    /// A record of the batch cannot be understood.
+    Malformed(String),
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LeaseHeld { owner } => write!(
+                f,
+                "the shard's lease is held by {} (a concurrent delivery)",
+                owner.as_deref().unwrap_or("another invocation")
+            ),
+            Self::Store(error) => write!(f, "the lease store failed: {error}"),
+            Self::BadCheckpoint(error) => write!(f, "the stored checkpoint is unreadable: {error}"),
+            Self::Retry(error) => write!(f, "the handler asked for a retry: {error}"),
+            Self::Rejected(error) => write!(
+                f,
+                "the handler rejected the record and no dead-letter sink is configured: {error}"
+            ),
+            Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
+            Self::HandlerTimedOut => f.write_str("the handler ran into the invocation's deadline"),
+            Self::Deadline => f.write_str("too little time left before the invocation's deadline"),
+            Self::Fenced => f.write_str("the lease was lost while the batch ran"),
+            Self::CheckpointFenced => {
+                f.write_str("the checkpoint was refused: another owner took the lease")
+            }
+            Self::CheckpointFailed(error) => write!(f, "the checkpoint write failed: {error}"),
+            Self::Malformed(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// One record's place and fate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordReport {
+    /// The record's position in its shard.
+    pub position: Position,
+    /// What became of it.
+    pub disposition: Disposition,
+}
+
+/// What one invocation did with one shard's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardReport {
+    /// The stream and shard.
+    pub key: LeaseKey,
+    /// Every record of the shard in the batch, in order.
+    pub records: Vec<RecordReport>,
+    /// The record reported to Lambda, and why, when the shard stopped early.
+    pub stopped: Option<(SequenceNumber, StopReason)>,
+    /// The checkpoint this invocation wrote, if it moved.
+    pub checkpoint: Option<Position>,
+}
+
+impl ShardReport {
+    /// How many records met `disposition`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{Disposition, ShardReport};
+    /// fn print(report: &ShardReport) {
+    ///     println!("{} processed", report.count(Disposition::Processed));
+    /// }
+    /// ```
+    #[must_use]
+    pub fn count(&self, disposition: Disposition) -> usize {
+        self.records
+            .iter()
+            .filter(|record| record.disposition == disposition)
+            .count()
+    }
+}
+
+/// What one invocation did: one report per shard, in the order the batch named them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchReport {
+    /// One entry per (stream, shard) of the batch; Lambda sends one.
+    pub shards: Vec<ShardReport>,
+    /// Reported records that belong to no shard of the batch (a malformed record whose stream
+    /// and shard are unknown and that has no neighbour to take them from).
+    pub orphans: Vec<(SequenceNumber, StopReason)>,
+}
+
+impl BatchReport {
+    /// The answer Lambda reads: at most one item per shard, the first record not done; never a
+    /// null or empty identifier.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::BatchReport;
+    /// let response = BatchReport::default().response();
+    /// assert!(response.batch_item_failures.is_empty(), "nothing failed");
+    /// ```
+    #[must_use]
+    pub fn response(&self) -> KinesisEventResponse {
+        let mut response = KinesisEventResponse::default();
+        for (sequence, _) in self
+            .shards
+            .iter()
+            .filter_map(|shard| shard.stopped.as_ref())
+            .chain(&self.orphans)
+        {
+            response.add_failure(sequence.as_str());
+        }
+        response
+    }
+}
+
+impl<H: Handler> Processor<H> {
+    /// A processor that keeps its leases and checkpoints in `store` and runs `handler` on each
+    /// record.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    ///
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_record: Record| async {
+    ///     Outcome::ack()
+    /// });
+    /// ```
+    pub fn new(store: Arc<dyn LeaseStore>, handler: H) -> Self {
+        Self {
+            store,
+            handler: Arc::new(handler),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+        }
+    }
+
+    /// How long each lease is taken or renewed for (capped by the time left before the
+    /// deadline). Renewal runs every third of it while the batch runs.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .lease_ttl(Duration::from_secs(10));
+    /// ```
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl.max(Duration::from_millis(3));
+        self
+    }
+
+    /// How long before the deadline no new record is started and a running handler is
+    /// stopped, so the checkpoint can be written before Lambda times out.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .deadline_margin(Duration::from_millis(500));
+    /// ```
+    #[must_use]
+    pub const fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// The processor as a Lambda service, for `lambda_runtime::run`.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// # async fn run() -> Result<(), lambda_runtime::Error> {
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
+    /// lambda_runtime::run(processor.service()).await
+    /// # }
+    /// ```
+    pub fn service(
+        self,
+    ) -> impl Service<
+        LambdaEvent<KinesisEvent>,
+        Response = KinesisEventResponse,
+        Error = ProcessError,
+        Future = impl Future<Output = Result<KinesisEventResponse, ProcessError>> + Send,
+    > {
+        lambda_runtime::service_fn(move |event: LambdaEvent<KinesisEvent>| {
+            let processor = self.clone();
+            async move { processor.process(event.payload, &event.context).await }
+        })
+    }
+
+    /// Processes one batch and answers Lambda.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcessError::Unreportable`] when a record has no usable sequence number; the records
+    /// before it were processed and checkpointed.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
+    /// let event = serde_json::from_str(include_str!("../events/batch.json"))?;
+    /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
+    /// assert!(response.batch_item_failures.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn process(
+        &self,
+        event: KinesisEvent,
+        context: &Context,
+    ) -> Result<KinesisEventResponse, ProcessError> {
+        self.process_batch(event, context)
+            .await
+            .map(|report| report.response())
+    }
+
+    /// Processes one batch and says what became of every record: what
+    /// [`process`](Self::process) answers Lambda, with the detail.
+    ///
+    /// # Errors
+    ///
+    /// As [`process`](Self::process).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{Disposition, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
+    /// let event: aws_lambda_events::event::kinesis::KinesisEvent =
+    ///     serde_json::from_str(include_str!("../events/batch.json"))?;
+    /// let context = lambda_runtime::Context::default();
+    /// let first = processor.process_batch(event.clone(), &context).await?;
+    /// let again = processor.process_batch(event, &context).await?;
+    /// assert_eq!(again.shards[0].count(Disposition::Duplicate), first.shards[0].count(Disposition::Processed));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn process_batch(
+        &self,
+        event: KinesisEvent,
+        context: &Context,
+    ) -> Result<BatchReport, ProcessError> {
+        let invocation = Invocation::new(context);
+        let (groups, orphans, unreportable) = group(parse_event(event));
+        let mut report = BatchReport::default();
+        for group in groups {
+            let span = tracing::info_span!(
+                "shard",
+                stream = group.key.stream(),
+                shard = group.key.shard(),
+                records = group.entries.len(),
+            );
+            let shard = self.run_shard(group, &invocation).instrument(span).await;
+            report.shards.push(shard);
+        }
+        for malformed in orphans {
+            tracing::error!(%malformed, "reporting a record of unknown stream and shard");
+            let sequence = malformed
+                .reportable_sequence()
+                .expect("orphans are reportable");
+            report
+                .orphans
+                .push((sequence, StopReason::Malformed(malformed.to_string())));
+        }
+        match unreportable {
+            Some(malformed) => {
+                tracing::error!(%malformed, "failing the whole batch");
+                Err(ProcessError::Unreportable(malformed))
+            }
+            None => Ok(report),
+        }
+    }
+
+    /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
+    async fn run_shard(&self, group: ShardBatch, invocation: &Invocation) -> ShardReport {
+        let ShardBatch { key, entries } = group;
+        let owner = invocation.owner.as_str();
+        let ttl = invocation.lease_ttl(self.lease_ttl);
+        let mut report = ShardReport {
+            key: key.clone(),
+            records: Vec::with_capacity(entries.len()),
+            stopped: None,
+            checkpoint: None,
+        };
+
+        // Claim: take the lease and read the checkpoint in one request.
+        let state = match self.store.acquire_and_read(&key, owner, ttl).await {
+            Ok(Claim::Acquired(state)) => state,
+            Ok(Claim::Held(state)) => {
+                let owner = state.lease_owner;
+                tracing::warn!(
+                    holder = owner.as_deref().unwrap_or("unknown"),
+                    "another invocation holds the shard's lease; processing nothing"
+                );
+                return report.stop_all(&entries, StopReason::LeaseHeld { owner });
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not claim the shard's lease; processing nothing");
+                self.release_quietly(&key, owner).await;
+                return report.stop_all(&entries, StopReason::Store(error.to_string()));
+            }
+        };
+        let checkpoint = match state.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+                self.release_quietly(&key, owner).await;
+                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+            }
+        };
+
+        // Gate (DESIGN step 3) goes here: a child shard waits for its parents.
+
+        // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
+        let done_before = |entry: &Entry| checkpoint.as_ref().is_some_and(|c| entry.position() <= *c);
+        let skipped = entries.iter().take_while(|entry| done_before(entry)).count();
+        let (duplicates, pending) = entries.split_at(skipped);
+        report.records.extend(duplicates.iter().map(|entry| RecordReport {
+            position: entry.position(),
+            disposition: Disposition::Duplicate,
+        }));
+        if skipped > 0 {
+            tracing::info!(skipped, "skipped records at or below the checkpoint");
+        }
+
+        // Dispatch, with the lease renewed in the background while it runs.
+        let lease = LeaseWatch::new(ttl);
+        let dispatched = tokio::select! {
+            biased;
+            dispatched = self.dispatch(pending, invocation, &lease) => dispatched,
+            () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+        };
+
+        // Checkpoint and release in one conditional write.
+        let progress = dispatched
+            .done_through
+            .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
+        let written = self
+            .store
+            .checkpoint_and_release(&key, owner, progress.as_ref())
+            .await;
+        let mut dispositions = dispatched.dispositions;
+        let mut stopped = dispatched.stopped;
+        match written {
+            Ok(true) => report.checkpoint = progress,
+            outcome => {
+                let reason = match outcome {
+                    Err(error) => StopReason::CheckpointFailed(error.to_string()),
+                    _ => StopReason::CheckpointFenced,
+                };
+                if progress.is_some() {
+                    tracing::error!(
+                        stream = key.stream(),
+                        shard = key.shard(),
+                        checkpoint = %progress.as_ref().map(ToString::to_string).unwrap_or_default(),
+                        %reason,
+                        "could not checkpoint; reporting from the first record processed in this invocation"
+                    );
+                    // The records processed here are redelivered: from the first of them.
+                    if let Some(first) = dispositions
+                        .iter()
+                        .position(|d| *d == Disposition::Processed)
+                    {
+                        dispositions[first] = Disposition::Reported;
+                        stopped = Some((first, reason));
+                    }
+                } else {
+                    tracing::warn!(%reason, "could not release the lease; it lapses by itself");
+                }
+            }
+        }
+
+        report
+            .records
+            .extend(pending.iter().zip(&dispositions).map(|(entry, disposition)| RecordReport {
+                position: entry.position(),
+                disposition: *disposition,
+            }));
+        if let Some((index, reason)) = stopped {
+            let sequence = pending[index].sequence().clone();
+            tracing::info!(%sequence, %reason, "reporting the first record not done");
+            report.stopped = Some((sequence, reason));
+        }
+        report
+    }
+
+    /// Runs the handler over `pending` in order until a record is not done.
+    async fn dispatch(
+        &self,
+        pending: &[Entry],
+        invocation: &Invocation,
+        lease: &LeaseWatch,
+    ) -> Dispatched {
+        let mut dispositions = vec![Disposition::NotAttempted; pending.len()];
+        let mut done_through = None;
+        for (index, entry) in pending.iter().enumerate() {
+            match self.attempt(entry, invocation, lease).await {
+                Ok(()) => {
+                    dispositions[index] = Disposition::Processed;
+                    done_through = Some(entry.position());
+                }
+                Err(reason) => {
+                    tracing::warn!(sequence = %entry.sequence(), %reason, "the record is not done; stopping");
+                    dispositions[index] = Disposition::Reported;
+                    return Dispatched {
+                        dispositions,
+                        done_through,
+                        stopped: Some((index, reason)),
+                    };
+                }
+            }
+        }
+        Dispatched {
+            dispositions,
+            done_through,
+            stopped: None,
+        }
+    }
+
+    /// Runs one record, unless something says the shard must stop before it.
+    async fn attempt(
+        &self,
+        entry: &Entry,
+        invocation: &Invocation,
+        lease: &LeaseWatch,
+    ) -> Result<(), StopReason> {
+        let record = match entry {
+            Entry::Record(record) => record,
+            Entry::Malformed(malformed, _) => {
+                return Err(StopReason::Malformed(malformed.to_string()));
+            }
+            Entry::AfterMalformed(_) => {
+                return Err(StopReason::Malformed(
+                    "an earlier record of the batch cannot be processed".to_owned(),
+                ));
+            }
+        };
+        if lease.lost() {
+            return Err(StopReason::Fenced);
+        }
+        let time_left = invocation
+            .time_left()
+            .map(|left| left.saturating_sub(self.deadline_margin));
+        if time_left.is_some_and(|left| left.is_zero()) {
+            return Err(StopReason::Deadline);
+        }
+        match self.call(record.clone(), time_left).await? {
+            Outcome::Ack => Ok(()),
+            Outcome::Retry(error) => Err(StopReason::Retry(error.to_string())),
+            // Dead letters (DESIGN step 6) go here; until a sink takes the record, it is
+            // retried rather than dropped.
+            Outcome::Reject(error) => Err(StopReason::Rejected(error.to_string())),
+        }
+    }
+
+    /// Calls the handler, turning a panic or a run past `time_left` into a stop.
+    async fn call(&self, record: Record, time_left: Option<Duration>) -> Result<Outcome, StopReason> {
+        let handled = CatchUnwind(self.handler.handle(record));
+        let outcome = match time_left {
+            Some(left) => tokio::time::timeout(left, handled)
+                .await
+                .map_err(|_| StopReason::HandlerTimedOut)?,
+            None => handled.await,
+        };
+        outcome.map_err(StopReason::Panicked)
+    }
+
+    /// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
+    /// lets it lapse (as far as dispatch is concerned) when renewals keep failing.
+    async fn keep_alive(&self, key: &LeaseKey, owner: &str, invocation: &Invocation, lease: &LeaseWatch) {
+        loop {
+            tokio::time::sleep(lease.ttl / 3).await;
+            let ttl = invocation.lease_ttl(lease.ttl);
+            match self.store.renew(key, owner, ttl).await {
+                Ok(true) => lease.renewed(ttl),
+                Ok(false) => {
+                    tracing::error!(
+                        stream = key.stream(),
+                        shard = key.shard(),
+                        "the lease was taken by another owner; stopping dispatch"
+                    );
+                    lease.fence();
+                    std::future::pending::<()>().await;
+                }
+                Err(error) => tracing::warn!(%error, "could not renew the lease; retrying"),
+            }
+        }
+    }
+
+    async fn release_quietly(&self, key: &LeaseKey, owner: &str) {
+        if let Err(error) = self.store.release(key, owner).await {
+            tracing::warn!(%error, "could not release the lease; it lapses by itself");
+        }
+    }
+}
+
+impl ShardReport {
+    /// Reports the first record and marks every record not attempted: the shard does nothing.
+    fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
+        self.records.extend(entries.iter().enumerate().map(|(index, entry)| RecordReport {
+            position: entry.position(),
+            disposition: if index == 0 {
+                Disposition::Reported
+            } else {
+                Disposition::NotAttempted
+            },
+        }));
+        self.stopped = entries.first().map(|entry| (entry.sequence().clone(), reason));
+        self
+    }
+}
+
+/// The result of dispatching the pending records.
+struct Dispatched {
+    /// One per pending record.
+    dispositions: Vec<Disposition>,
+    /// The position below which (inclusive) every pending record is done.
+    done_through: Option<Position>,
+    /// The index of the record to report, and why.
+    stopped: Option<(usize, StopReason)>,
+}
+
+/// This invocation's identity and deadline.
+struct Invocation {
+    owner: String,
+    /// Epoch milliseconds; `None` when the context has none (a test's default context).
+    deadline: Option<u64>,
+}
+
+impl Invocation {
+    fn new(context: &Context) -> Self {
+        // Lambda's request ids are unique; a context without one (a test's) still needs an owner
+        // no other invocation shares, or two of them would both hold the lease.
+        static LOCAL: AtomicU64 = AtomicU64::new(0);
+        let request = if context.request_id.is_empty() {
+            format!("local-{}-{}", std::process::id(), LOCAL.fetch_add(1, Ordering::Relaxed))
+        } else {
+            context.request_id.clone()
+        };
+        let function = &context.env_config.function_name;
+        Self {
+            owner: if function.is_empty() {
+                request
+            } else {
+                format!("{function}:{request}")
+            },
+            deadline: (context.deadline > 0).then_some(context.deadline),
+        }
+    }
+
+    fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(now_millis())))
+    }
+
+    /// A lease never outlives the invocation that holds it.
+    fn lease_ttl(&self, wanted: Duration) -> Duration {
+        self.time_left()
+            .map_or(wanted, |left| wanted.min(left).max(Duration::from_millis(1)))
+    }
+}
+
+/// The lease as dispatch sees it: lost when a renew was refused or when it lapsed without one.
+struct LeaseWatch {
+    ttl: Duration,
+    lost: AtomicBool,
+    lapses_at: AtomicU64,
+}
+
+impl LeaseWatch {
+    fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            lost: AtomicBool::new(false),
+            lapses_at: AtomicU64::new(now_millis().saturating_add(millis(ttl))),
+        }
+    }
+
+    fn renewed(&self, ttl: Duration) {
+        self.lapses_at
+            .store(now_millis().saturating_add(millis(ttl)), Ordering::Relaxed);
+    }
+
+    fn fence(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+    }
+
+    fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed) || now_millis() >= self.lapses_at.load(Ordering::Relaxed)
+    }
+}
+
+/// One item of a shard's batch: a record, or a malformed one that stops the shard where it
+/// stands.
+enum Entry {
+    Record(Record),
+    Malformed(MalformedRecord, SequenceNumber),
+    AfterMalformed(Record),
+}
+
+impl Entry {
+    fn sequence(&self) -> &SequenceNumber {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
+            Self::Malformed(_, sequence) => sequence,
+        }
+    }
+
+    fn position(&self) -> Position {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.position(),
+            Self::Malformed(_, sequence) => Position::record(sequence.clone()),
+        }
+    }
+}
+
+/// One shard's records in the order of the event.
+struct ShardBatch {
+    key: LeaseKey,
+    entries: Vec<Entry>,
+}
+
+/// Groups the batch by stream and shard, keeping order. The first malformed record ends the
+/// batch for every shard: it joins its own shard's group (or its neighbour's, when its shard is
+/// unknown) and stops it; records after it are not dispatched. Returns the groups, the malformed
+/// records that belong to no group, and the first malformed record without a sequence number,
+/// which fails the whole batch.
+fn group(parsed: Vec<Parsed>) -> (Vec<ShardBatch>, Vec<MalformedRecord>, Option<MalformedRecord>) {
+    let mut groups: Vec<ShardBatch> = Vec::new();
+    let mut orphans = Vec::new();
+    let neighbour_key = |parsed: &[Parsed], index: usize| -> Option<LeaseKey> {
+        let before = parsed[..index].iter().rev().find_map(|p| p.as_ref().ok());
+        let after = || parsed[index + 1..].iter().find_map(|p| p.as_ref().ok());
+        before.or_else(after).map(|record| record.key().clone())
+    };
+    let cut = parsed.iter().position(Result::is_err);
+    let key_of_malformed = cut.and_then(|index| {
+        let Err(malformed) = &parsed[index] else {
+            return None;
+        };
+        match (&malformed.stream, &malformed.shard) {
+            (Some(stream), Some(shard)) => Some(LeaseKey::new(stream.as_str(), shard.as_str())),
+            _ => neighbour_key(&parsed, index),
+        }
+    });
+    let mut unreportable = None;
+    for (index, item) in parsed.into_iter().enumerate() {
+        let (key, entry) = match item {
+            Ok(record) => {
+                let key = record.key().clone();
+                if cut.is_some_and(|cut| index > cut) {
+                    // Past the malformed record: not dispatched, but its shard reports from it
+                    // when the malformed record is not in the same group.
+                    (key, Entry::AfterMalformed(record))
+                } else {
+                    (key, Entry::Record(record))
+                }
+            }
+            Err(malformed) => {
+                if Some(index) != cut {
+                    // Only the first malformed record matters: the batch ends there.
+                    continue;
+                }
+                let Some(sequence) = malformed.reportable_sequence() else {
+                    unreportable = Some(malformed);
+                    continue;
+                };
+                match &key_of_malformed {
+                    Some(key) => (key.clone(), Entry::Malformed(malformed, sequence)),
+                    None => {
+                        orphans.push(malformed);
+                        continue;
+                    }
+                }
+            }
+        };
+        match groups.iter_mut().find(|group| group.key == key) {
+            Some(group) => group.entries.push(entry),
+            None => groups.push(ShardBatch {
+                key,
+                entries: vec![entry],
+            }),
+        }
+    }
+    (groups, orphans, unreportable)
+}
+
+/// A handler future whose panic becomes an error, so one bad record cannot take the batch (and
+/// its checkpoint) down with it.
+struct CatchUnwind<'a>(BoxFuture<'a, Outcome>);
+
+impl Future for CatchUnwind<'_> {
+    type Output = Result<Outcome, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let future = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(outcome)) => Poll::Ready(Ok(outcome)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned()))),
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! The record a handler sees, and how it is read out of Lambda's Kinesis event.
+//!
+//! Lambda's event names the shard only inside `eventID` (`shardId-…:<sequence>`) and the stream
+//! only inside `eventSourceARN`; the handler, the lease and every log line need both, so they are
+//! parsed once here. A record that cannot be parsed becomes a [`MalformedRecord`] that says what
+//! was wrong and where, never a record that silently disappears from the batch.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use crate::lease::LeaseKey;
+use crate::sequence::{Position, SequenceError, SequenceNumber};
+
+/// One Kinesis record, as the handler receives it.
+///
+/// Cloning is cheap (shared strings and a shared payload), so a handler may keep a record past
+/// its call.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::{LeaseKey, Record};
+///
+/// let record = Record::new(
+///     LeaseKey::new("orders", "shardId-000000000000"),
+///     "49590338271490256608559692538361571095921575989136588898".parse()?,
+///     "order-17",
+///     r#"{"order_id":"17","amount_cents":250}"#,
+/// );
+/// assert_eq!(record.stream(), "orders");
+/// assert_eq!(record.partition_key(), "order-17");
+/// let order: serde_json::Value = record.json()?;
+/// assert_eq!(order["amount_cents"], 250);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    key: LeaseKey,
+    sequence: SequenceNumber,
+    sub_sequence: Option<u64>,
+    partition_key: Arc<str>,
+    explicit_hash_key: Option<Arc<str>>,
+    data: Bytes,
+    arrival: SystemTime,
+}
+
+impl Record {
+    /// A record of `key`'s shard, arrived now. Used by tests and local sources; the processor
+    /// builds records from Lambda's event.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "hi");
+    /// assert_eq!(record.data(), b"hi");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn new(
+        key: LeaseKey,
+        sequence: SequenceNumber,
+        partition_key: impl Into<Arc<str>>,
+        data: impl Into<Bytes>,
+    ) -> Self {
+        Self {
+            key,
+            sequence,
+            sub_sequence: None,
+            partition_key: partition_key.into(),
+            explicit_hash_key: None,
+            data: data.into(),
+            arrival: SystemTime::now(),
+        }
+    }
+
+    /// The same record as sub-record `sub_sequence` of a KPL aggregate.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
+    ///     .with_sub_sequence(3);
+    /// assert_eq!(record.position().to_string(), "5/3");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn with_sub_sequence(mut self, sub_sequence: u64) -> Self {
+        self.sub_sequence = Some(sub_sequence);
+        self
+    }
+
+    /// The same record with an explicit hash key, as a KPL sub-record may carry.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
+    ///     .with_explicit_hash_key("170141183460469231731687303715884105728");
+    /// assert!(record.explicit_hash_key().is_some());
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn with_explicit_hash_key(mut self, hash_key: impl Into<Arc<str>>) -> Self {
+        self.explicit_hash_key = Some(hash_key.into());
+        self
+    }
+
+    /// The same record with another arrival time.
+    ///
+    /// ```
+    /// # use std::time::{Duration, UNIX_EPOCH};
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// let then = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
+    ///     .with_arrival(then);
+    /// assert_eq!(record.arrival(), then);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn with_arrival(mut self, arrival: SystemTime) -> Self {
+        self.arrival = arrival;
+        self
+    }
+
+    /// The stream and shard the record came from: the key of the shard's lease.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// let record = Record::new(key.clone(), "1".parse()?, "k", "x");
+    /// assert_eq!(record.key(), &key);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The stream's name (from `eventSourceARN`).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.stream(), "orders");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        self.key.stream()
+    }
+
+    /// The shard id (from `eventID`).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.shard(), "shardId-000000000000");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn shard(&self) -> &str {
+        self.key.shard()
+    }
+
+    /// The record's sequence number (an aggregate's, for a KPL sub-record).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.sequence().as_str(), "1");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn sequence(&self) -> &SequenceNumber {
+        &self.sequence
+    }
+
+    /// The index of the sub-record within its KPL aggregate; `None` for a plain record.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.sub_sequence(), None);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn sub_sequence(&self) -> Option<u64> {
+        self.sub_sequence
+    }
+
+    /// Where the record stands in its shard's extended order.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Position, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.position(), Position::record("1".parse()?));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn position(&self) -> Position {
+        Position::Record {
+            sequence: self.sequence.clone(),
+            sub_sequence: self.sub_sequence,
+        }
+    }
+
+    /// The partition key the producer chose; records of one key are in order.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.partition_key(), "k");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn partition_key(&self) -> &str {
+        &self.partition_key
+    }
+
+    /// The explicit hash key of a KPL sub-record, when the producer set one.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.explicit_hash_key(), None);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn explicit_hash_key(&self) -> Option<&str> {
+        self.explicit_hash_key.as_deref()
+    }
+
+    /// The payload, decoded from the event's base64.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.data(), b"x");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The payload as shared bytes, for keeping or forwarding without a copy.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// let payload = record.bytes().clone();
+    /// assert_eq!(&payload[..], b"x");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn bytes(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// When Kinesis accepted the record (`approximateArrivalTimestamp`). Whole seconds are
+    /// reliable; `aws_lambda_events` mis-reads the fraction, so do not rely on sub-second
+    /// precision from Lambda's events.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert!(record.arrival() <= std::time::SystemTime::now());
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn arrival(&self) -> SystemTime {
+        self.arrival
+    }
+
+    /// The payload read as JSON.
+    ///
+    /// # Errors
+    ///
+    /// A payload that is not JSON of type `T`; the error names the stream, shard and sequence
+    /// number.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "[1,2]");
+    /// let numbers: Vec<u32> = record.json()?;
+    /// assert_eq!(numbers, [1, 2]);
+    /// assert!(record.json::<String>().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        serde_json::from_slice(&self.data).map_err(|source| PayloadError {
+            key: self.key.clone(),
+            position: self.position(),
+            source,
+        })
+    }
+}
+
+/// A payload that could not be read as the handler's JSON type: a poison record, since reading
+/// it again will fail again.
+#[derive(Debug, thiserror::Error)]
+#[error("record {position} of stream '{}', shard '{}' is not the JSON the handler expects: {source}", key.stream(), key.shard())]
+pub struct PayloadError {
+    key: LeaseKey,
+    position: Position,
+    #[source]
+    source: serde_json::Error,
+}
+
+/// A record of Lambda's event that cannot be processed, with what is known of where it is.
+///
+/// The processor never drops one: it stops its shard there and reports the record, or, when not
+/// even a sequence number can be read, fails the whole batch with this error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "record {index} of the batch (stream {}, shard {}, sequence number {}) cannot be processed: {reason}",
+    or_unknown(.stream.as_deref()),
+    or_unknown(.shard.as_deref()),
+    or_unknown(.sequence.as_deref())
+)]
+pub struct MalformedRecord {
+    /// The record's index in the event's `Records`.
+    pub index: usize,
+    /// The stream, when `eventSourceARN` could be read.
+    pub stream: Option<String>,
+    /// The shard, when `eventID` could be read.
+    pub shard: Option<String>,
+    /// The sequence number as the event gave it, when it gave one.
+    pub sequence: Option<String>,
+    /// What was wrong.
+    pub reason: MalformedReason,
+}
+
+fn or_unknown(part: Option<&str>) -> &str {
+    match part {
+        Some(part) if !part.is_empty() => part,
+        _ => "unknown",
+    }
+}
+
+/// What made a record unreadable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MalformedReason {
+    /// `eventID` is missing or not `shardId-…:<sequenceNumber>`.
+    #[error("eventID {0:?} is not '<shardId>:<sequenceNumber>'")]
+    EventId(Option<String>),
+    /// `eventSourceARN` is missing or not a Kinesis stream ARN.
+    #[error("eventSourceARN {0:?} is not 'arn:aws:kinesis:<region>:<account>:stream/<name>'")]
+    SourceArn(Option<String>),
+    /// `kinesis.sequenceNumber` is not a sequence number.
+    #[error("kinesis.sequenceNumber is not a sequence number: {0}")]
+    Sequence(SequenceError),
+}
+
+impl MalformedRecord {
+    /// The sequence number to report for this record, when the event gave a valid one.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{MalformedReason, MalformedRecord};
+    /// let record = MalformedRecord {
+    ///     index: 0,
+    ///     stream: Some("orders".into()),
+    ///     shard: None,
+    ///     sequence: Some("42".into()),
+    ///     reason: MalformedReason::EventId(Some("nonsense".into())),
+    /// };
+    /// assert_eq!(record.reportable_sequence().map(|s| s.to_string()).as_deref(), Some("42"));
+    /// ```
+    #[must_use]
+    pub fn reportable_sequence(&self) -> Option<SequenceNumber> {
+        self.sequence.as_deref().and_then(|digits| digits.parse().ok())
+    }
+}
+
+/// The stream name inside a stream ARN, also under enhanced fan-out
+/// (`…:stream/NAME/consumer/CONSUMER:TIMESTAMP`).
+///
+/// ```
+/// use kinesis_checkpoint::record::stream_name;
+///
+/// assert_eq!(stream_name("arn:aws:kinesis:eu-west-1:123456789012:stream/orders"), Some("orders"));
+/// assert_eq!(
+///     stream_name("arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/app:1700000000"),
+///     Some("orders"),
+/// );
+/// assert_eq!(stream_name("arn:aws:sqs:eu-west-1:123456789012:orders"), None);
+/// ```
+#[must_use]
+pub fn stream_name(arn: &str) -> Option<&str> {
+    let mut parts = arn.splitn(6, ':');
+    let (Some("arn"), Some(_partition), Some("kinesis"), Some(_region), Some(_account)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let name = parts.next()?.strip_prefix("stream/")?;
+    let name = name.split('/').next().unwrap_or_default();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The shard id inside an `eventID` (`shardId-000000000000:<sequence>`). A shard id holds no
+/// colon, so the first colon ends it.
+///
+/// ```
+/// use kinesis_checkpoint::record::shard_id;
+///
+/// assert_eq!(shard_id("shardId-000000000002:4959"), Some("shardId-000000000002"));
+/// assert_eq!(shard_id("shardId-000000000002"), None);
+/// ```
+#[must_use]
+pub fn shard_id(event_id: &str) -> Option<&str> {
+    let (shard, sequence) = event_id.split_once(':')?;
+    (!shard.is_empty() && !sequence.is_empty()).then_some(shard)
+}
+
+/// One record of the event after parsing: a record to process, or what is known of one that
+/// cannot be.
+pub(crate) type Parsed = Result<Record, MalformedRecord>;
+
+/// Reads every record of `event`, in order, taking the payloads without copying them.
+pub(crate) fn parse_event(event: KinesisEvent) -> Vec<Parsed> {
+    let mut keys = KeyCache::default();
+    event
+        .records
+        .into_iter()
+        .enumerate()
+        .map(|(index, record)| parse_record(index, record, &mut keys))
+        .collect()
+}
+
+/// Every record of a batch names the same stream and shard: build their key once.
+#[derive(Default)]
+struct KeyCache {
+    last: Option<LeaseKey>,
+}
+
+impl KeyCache {
+    fn key(&mut self, stream: &str, shard: &str) -> LeaseKey {
+        match &self.last {
+            Some(key) if key.stream() == stream && key.shard() == shard => key.clone(),
+            _ => self.last.insert(LeaseKey::new(stream, shard)).clone(),
+        }
+    }
+}
+
+fn parse_record(index: usize, record: KinesisEventRecord, keys: &mut KeyCache) -> Parsed {
+    let stream = record.event_source_arn.as_deref().and_then(stream_name);
+    let shard = record.event_id.as_deref().and_then(shard_id);
+    let kinesis = record.kinesis;
+    let malformed = |reason| MalformedRecord {
+        index,
+        stream: stream.map(str::to_owned),
+        shard: shard.map(str::to_owned),
+        sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
+        reason,
+    };
+    let sequence = match kinesis.sequence_number.parse::<SequenceNumber>() {
+        Ok(sequence) => sequence,
+        Err(err) => return Err(malformed(MalformedReason::Sequence(err))),
+    };
+    let Some(stream) = stream else {
+        return Err(malformed(MalformedReason::SourceArn(
+            record.event_source_arn.clone(),
+        )));
+    };
+    let Some(shard) = shard else {
+        return Err(malformed(MalformedReason::EventId(record.event_id.clone())));
+    };
+    Ok(Record {
+        key: keys.key(stream, shard),
+        sequence,
+        sub_sequence: None,
+        partition_key: Arc::from(kinesis.partition_key),
+        explicit_hash_key: None,
+        data: Bytes::from(kinesis.data.0),
+        arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+    })
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "record {} of stream '{}', shard '{}'",
+            self.position(),
+            self.stream(),
+            self.shard()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
+    const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
+
+    fn event(records: serde_json::Value) -> KinesisEvent {
+        serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
+    }
+
+    fn lambda_record(event_id: &str, arn: &str, sequence: &str) -> serde_json::Value {
+        serde_json::json!({
+            "eventID": event_id,
+            "eventSourceARN": arn,
+            "eventSource": "aws:kinesis",
+            "eventName": "aws:kinesis:record",
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": "order-1",
+                "sequenceNumber": sequence,
+                "data": "eyJvcmRlcl9pZCI6IjEifQ==",
+                "approximateArrivalTimestamp": 1_700_000_000.25
+            }
+        })
+    }
+
+    #[test]
+    fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
+        let parsed = parse_event(event(serde_json::json!([lambda_record(
+            &format!("shardId-000000000004:{SEQ}"),
+            ARN,
+            SEQ
+        )])));
+        let record = parsed.into_iter().next().unwrap().expect("well formed");
+        assert_eq!(record.stream(), "orders");
+        assert_eq!(record.shard(), "shardId-000000000004");
+        assert_eq!(record.sequence().as_str(), SEQ);
+        assert_eq!(record.partition_key(), "order-1");
+        assert_eq!(record.data(), br#"{"order_id":"1"}"#);
+        let seconds = record
+            .arrival()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(seconds, 1_700_000_000);
+    }
+
+    #[test]
+    fn records_of_one_shard_share_one_key() {
+        let id = format!("shardId-000000000004:{SEQ}");
+        let parsed = parse_event(event(serde_json::json!([
+            lambda_record(&id, ARN, SEQ),
+            lambda_record(&id, ARN, "49590338271490256608559692538361571095921575989136588899"),
+        ])));
+        let keys: Vec<_> = parsed.iter().map(|r| r.as_ref().unwrap().key()).collect();
+        assert!(std::ptr::eq(keys[0].stream(), keys[1].stream()));
+    }
+
+    #[test]
+    fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
+        let parsed = parse_event(event(serde_json::json!([
+            lambda_record("no-colon-here", ARN, SEQ),
+            lambda_record(&format!("shardId-000000000001:{SEQ}"), "arn:aws:sqs:x:y:z", SEQ),
+            lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, "00"),
+            lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, ""),
+        ])));
+        let errors: Vec<MalformedRecord> =
+            parsed.into_iter().map(|r| r.expect_err("malformed")).collect();
+        assert!(matches!(errors[0].reason, MalformedReason::EventId(_)));
+        assert_eq!(errors[0].stream.as_deref(), Some("orders"));
+        assert_eq!(errors[0].reportable_sequence().unwrap().as_str(), SEQ);
+        assert!(matches!(errors[1].reason, MalformedReason::SourceArn(_)));
+        assert_eq!(errors[1].shard.as_deref(), Some("shardId-000000000001"));
+        assert!(matches!(
+            errors[2].reason,
+            MalformedReason::Sequence(SequenceError::LeadingZero(_))
+        ));
+        assert_eq!(errors[2].reportable_sequence(), None);
+        assert_eq!(errors[3].sequence, None);
+        let message = errors[0].to_string();
+        assert!(message.contains("stream orders"), "{message}");
+        assert!(message.contains(SEQ), "{message}");
+        assert!(message.contains("eventID"), "{message}");
+        let message = errors[3].to_string();
+        assert!(message.contains("shard shardId-000000000001"), "{message}");
+        assert!(message.contains("sequence number unknown"), "{message}");
+    }
+
+    #[test]
+    fn stream_names_come_from_stream_and_consumer_arns_only() {
+        assert_eq!(stream_name(ARN), Some("orders"));
+        assert_eq!(
+            stream_name("arn:aws-cn:kinesis:cn-north-1:1:stream/a-b_c.d/consumer/x:17"),
+            Some("a-b_c.d")
+        );
+        assert_eq!(stream_name("arn:aws:kinesis:us-east-1:1:stream/"), None);
+        assert_eq!(stream_name("arn:aws:kinesis:us-east-1:1:table/orders"), None);
+        assert_eq!(stream_name("orders"), None);
+        assert_eq!(shard_id(":123"), None);
+        assert_eq!(shard_id("shardId-1:"), None);
+    }
+
+    #[test]
+    fn a_payload_that_is_not_the_expected_json_names_its_record() {
+        let record = Record::new(
+            LeaseKey::new("orders", "shardId-000000000000"),
+            SEQ.parse().unwrap(),
+            "k",
+            "not json",
+        );
+        let message = record.json::<serde_json::Value>().unwrap_err().to_string();
+        assert!(message.contains(SEQ) && message.contains("shardId-000000000000"));
+    }
+}

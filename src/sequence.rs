@@ -1,0 +1,380 @@
+//! Kinesis sequence numbers and the order checkpoints are compared in.
+//!
+//! A sequence number is a decimal string of up to 129 digits: it overflows every integer type,
+//! and comparing the strings as text puts `"9"` after `"10"`. Everything that decides whether a
+//! record was already processed goes through [`SequenceNumber`]'s order (length, then digits)
+//! and [`Position`]'s extended order (then the sub-sequence inside a KPL aggregate, with
+//! [`SHARD_END`](crate::SHARD_END) after everything), so that rule lives in one place.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::lease::SHARD_END;
+
+/// The longest sequence number Kinesis issues, in digits.
+pub const MAX_DIGITS: usize = 129;
+
+/// A validated Kinesis sequence number.
+///
+/// Ordered numerically without converting: a longer number is larger, and numbers of one
+/// length compare digit by digit. Cloning is a reference-count bump, since every record, its
+/// report and the checkpoint written after it share the same digits.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::SequenceNumber;
+///
+/// let earlier: SequenceNumber = "9".parse()?;
+/// let later: SequenceNumber = "49590338271490256608559692538361571095921575989136588898".parse()?;
+/// assert!(earlier < later);
+/// assert!("007".parse::<SequenceNumber>().is_err());
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SequenceNumber(Arc<str>);
+
+impl SequenceNumber {
+    /// The digits, exactly as Kinesis wrote them.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::SequenceNumber;
+    /// let sequence: SequenceNumber = "42".parse()?;
+    /// assert_eq!(sequence.as_str(), "42");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Why a string is not a sequence number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SequenceError {
+    /// The string was empty.
+    #[error("the sequence number is empty")]
+    Empty,
+    /// A character other than an ASCII digit.
+    #[error("sequence number '{0}' holds a character that is not a decimal digit")]
+    NotDigits(String),
+    /// A leading zero, which Kinesis never writes: two spellings of one number would compare
+    /// unequal.
+    #[error("sequence number '{0}' has a leading zero")]
+    LeadingZero(String),
+    /// Longer than the 129 digits Kinesis issues.
+    #[error("sequence number of {0} digits is longer than the {MAX_DIGITS} Kinesis issues")]
+    TooLong(usize),
+}
+
+impl FromStr for SequenceNumber {
+    type Err = SequenceError;
+
+    fn from_str(digits: &str) -> Result<Self, Self::Err> {
+        match digits.as_bytes() {
+            [] => Err(SequenceError::Empty),
+            bytes if bytes.len() > MAX_DIGITS => Err(SequenceError::TooLong(bytes.len())),
+            bytes if !bytes.iter().all(u8::is_ascii_digit) => {
+                Err(SequenceError::NotDigits(digits.to_owned()))
+            }
+            [b'0', _, ..] => Err(SequenceError::LeadingZero(digits.to_owned())),
+            _ => Ok(Self(Arc::from(digits))),
+        }
+    }
+}
+
+impl Ord for SequenceNumber {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Without leading zeros, the longer number is the larger one; equal lengths compare
+        // as text because ASCII digits sort like their values.
+        self.0
+            .len()
+            .cmp(&other.0.len())
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
+
+impl PartialOrd for SequenceNumber {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SequenceNumber({})", self.0)
+    }
+}
+
+/// A place in a shard in KCL's extended order: a record, a sub-record of a KPL aggregate, or
+/// the end of the shard.
+///
+/// A checkpoint is a `Position`: every record at or below it is done. `sub_sequence: None`
+/// means the whole record, so it sorts after each of its sub-records: a checkpoint at
+/// `(s, None)` covers all of `s`, one at `(s, Some(4))` covers sub-records 0 to 4 only.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::Position;
+///
+/// let fifth_of_aggregate = Position::sub_record("100".parse()?, 4);
+/// let whole_record = Position::record("100".parse()?);
+/// let next = Position::record("101".parse()?);
+/// assert!(fifth_of_aggregate < whole_record);
+/// assert!(whole_record < next);
+/// assert!(next < Position::ShardEnd);
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Position {
+    /// A record, or one sub-record of a KPL aggregate.
+    Record {
+        /// The record's sequence number.
+        sequence: SequenceNumber,
+        /// The index of the sub-record within its aggregate; `None` for the whole record.
+        sub_sequence: Option<u64>,
+    },
+    /// After the last record of a closed shard: the shard is finished.
+    ShardEnd,
+}
+
+impl Position {
+    /// The whole record at `sequence`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::Position;
+    /// let position = Position::record("7".parse()?);
+    /// assert_eq!(position.to_string(), "7");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn record(sequence: SequenceNumber) -> Self {
+        Self::Record {
+            sequence,
+            sub_sequence: None,
+        }
+    }
+
+    /// Sub-record `sub_sequence` of the KPL aggregate at `sequence`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::Position;
+    /// let position = Position::sub_record("7".parse()?, 2);
+    /// assert_eq!(position.to_string(), "7/2");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn sub_record(sequence: SequenceNumber, sub_sequence: u64) -> Self {
+        Self::Record {
+            sequence,
+            sub_sequence: Some(sub_sequence),
+        }
+    }
+
+    /// Reads a checkpoint as a lease row stores it: the `checkpoint` string (a sequence number
+    /// or [`SHARD_END`]) and the optional `checkpoint_sub`.
+    ///
+    /// # Errors
+    ///
+    /// A `checkpoint` that is neither [`SHARD_END`] nor a valid sequence number.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{Position, SHARD_END};
+    /// assert_eq!(Position::from_checkpoint(SHARD_END, None)?, Position::ShardEnd);
+    /// assert_eq!(Position::from_checkpoint("12", Some(3))?.to_string(), "12/3");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    pub fn from_checkpoint(checkpoint: &str, sub_sequence: Option<u64>) -> Result<Self, SequenceError> {
+        if checkpoint == SHARD_END {
+            return Ok(Self::ShardEnd);
+        }
+        Ok(Self::Record {
+            sequence: checkpoint.parse()?,
+            sub_sequence,
+        })
+    }
+
+    /// The `checkpoint` string a lease row stores for this position: the sequence number, or
+    /// [`SHARD_END`].
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{Position, SHARD_END};
+    /// assert_eq!(Position::ShardEnd.checkpoint(), SHARD_END);
+    /// assert_eq!(Position::sub_record("12".parse()?, 3).checkpoint(), "12");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn checkpoint(&self) -> &str {
+        match self {
+            Self::Record { sequence, .. } => sequence.as_str(),
+            Self::ShardEnd => SHARD_END,
+        }
+    }
+
+    /// The sub-sequence a lease row stores beside [`checkpoint`](Self::checkpoint), if any.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::Position;
+    /// assert_eq!(Position::sub_record("12".parse()?, 3).sub_sequence(), Some(3));
+    /// assert_eq!(Position::record("12".parse()?).sub_sequence(), None);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn sub_sequence(&self) -> Option<u64> {
+        match self {
+            Self::Record { sub_sequence, .. } => *sub_sequence,
+            Self::ShardEnd => None,
+        }
+    }
+}
+
+impl Ord for Position {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Self::ShardEnd, Self::ShardEnd) => Ordering::Equal,
+            (Self::ShardEnd, Self::Record { .. }) => Ordering::Greater,
+            (Self::Record { .. }, Self::ShardEnd) => Ordering::Less,
+            (
+                Self::Record {
+                    sequence: left,
+                    sub_sequence: left_sub,
+                },
+                Self::Record {
+                    sequence: right,
+                    sub_sequence: right_sub,
+                },
+            ) => left.cmp(right).then_with(|| match (left_sub, right_sub) {
+                // The whole record comes after every one of its parts.
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(_), None) => Ordering::Less,
+                (Some(l), Some(r)) => l.cmp(r),
+            }),
+        }
+    }
+}
+
+impl PartialOrd for Position {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `sequence`, `sequence/sub` inside an aggregate, or `SHARD_END`.
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Record {
+                sequence,
+                sub_sequence: None,
+            } => write!(f, "{sequence}"),
+            Self::Record {
+                sequence,
+                sub_sequence: Some(sub),
+            } => write!(f, "{sequence}/{sub}"),
+            Self::ShardEnd => f.write_str(SHARD_END),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(digits: &str) -> SequenceNumber {
+        digits.parse().expect("valid sequence number")
+    }
+
+    #[test]
+    fn a_longer_sequence_number_is_larger_even_when_its_text_sorts_first() {
+        assert!(seq("9") < seq("10"));
+        assert!(seq("100") > seq("99"));
+        assert!(seq("12") < seq("13"));
+        assert_eq!(seq("12").cmp(&seq("12")), Ordering::Equal);
+    }
+
+    #[test]
+    fn numbers_beyond_u128_still_compare_by_value() {
+        let u128_max = u128::MAX.to_string();
+        let beyond = format!("{}0", u128::MAX);
+        let longest = "9".repeat(MAX_DIGITS);
+        assert!(seq(&u128_max) < seq(&beyond));
+        assert!(seq(&beyond) < seq(&longest));
+    }
+
+    #[test]
+    fn malformed_sequence_numbers_are_refused_with_the_reason() {
+        assert_eq!("".parse::<SequenceNumber>(), Err(SequenceError::Empty));
+        assert_eq!(
+            "12a".parse::<SequenceNumber>(),
+            Err(SequenceError::NotDigits("12a".into()))
+        );
+        assert_eq!(
+            "-1".parse::<SequenceNumber>(),
+            Err(SequenceError::NotDigits("-1".into()))
+        );
+        assert_eq!(
+            "012".parse::<SequenceNumber>(),
+            Err(SequenceError::LeadingZero("012".into()))
+        );
+        let too_long = "1".repeat(MAX_DIGITS + 1);
+        assert_eq!(
+            too_long.parse::<SequenceNumber>(),
+            Err(SequenceError::TooLong(MAX_DIGITS + 1))
+        );
+        // Zero itself is a number, not a leading zero.
+        assert_eq!(seq("0").as_str(), "0");
+        assert_eq!(seq(&"9".repeat(MAX_DIGITS)).as_str().len(), MAX_DIGITS);
+    }
+
+    #[test]
+    fn sub_records_sort_inside_their_record_and_shard_end_after_everything() {
+        let longest = Position::record(seq(&"9".repeat(MAX_DIGITS)));
+        let mut positions = vec![
+            Position::ShardEnd,
+            Position::record(seq("11")),
+            Position::sub_record(seq("10"), 9),
+            longest.clone(),
+            Position::record(seq("10")),
+            Position::sub_record(seq("10"), 0),
+            Position::sub_record(seq("11"), 0),
+        ];
+        positions.sort();
+        assert_eq!(
+            positions,
+            vec![
+                Position::sub_record(seq("10"), 0),
+                Position::sub_record(seq("10"), 9),
+                Position::record(seq("10")),
+                Position::sub_record(seq("11"), 0),
+                Position::record(seq("11")),
+                longest,
+                Position::ShardEnd,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_through_its_row_form() {
+        for position in [
+            Position::ShardEnd,
+            Position::record(seq("42")),
+            Position::sub_record(seq("42"), 7),
+        ] {
+            let back = Position::from_checkpoint(position.checkpoint(), position.sub_sequence())
+                .expect("a written checkpoint reads back");
+            assert_eq!(back, position);
+        }
+        assert!(Position::from_checkpoint("latest", None).is_err());
+    }
+}

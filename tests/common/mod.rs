@@ -1,0 +1,97 @@
+//! What the integration tests share: Lambda-shaped events, and real local servers (moto) started
+//! on 127.0.0.1 by the tests themselves.
+#![allow(dead_code, clippy::missing_panics_doc)]
+
+pub mod faults;
+pub mod http;
+pub mod moto;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// A sequence number of Kinesis' shape: 56 digits, counting up from `n`.
+pub fn sequence(n: u64) -> String {
+    format!("4965613927021873511896241617838653987429043548461{n:07}")
+}
+
+/// One record as Lambda writes it into the event.
+pub fn lambda_record(stream: &str, shard: &str, n: u64, partition_key: &str, data: &Value) -> Value {
+    let sequence = sequence(n);
+    let payload = base64::engine::general_purpose::STANDARD.encode(data.to_string());
+    json!({
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": partition_key,
+            "sequenceNumber": sequence,
+            "data": payload,
+            "approximateArrivalTimestamp": 1_764_512_345.5,
+        },
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": format!("{shard}:{sequence}"),
+        "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": "arn:aws:iam::123456789012:role/test",
+        "awsRegion": "us-east-1",
+        "eventSourceARN": format!("arn:aws:kinesis:us-east-1:123456789012:stream/{stream}"),
+    })
+}
+
+/// An event of records `range` of one shard, each payload `{"n": n}`.
+pub fn batch(stream: &str, shard: &str, range: std::ops::Range<u64>) -> KinesisEvent {
+    event(
+        range
+            .map(|n| lambda_record(stream, shard, n, &format!("key-{}", n % 7), &json!({ "n": n })))
+            .collect(),
+    )
+}
+
+/// An event of the given records.
+pub fn event(records: Vec<Value>) -> KinesisEvent {
+    serde_json::from_value(json!({ "Records": records })).expect("a Lambda-shaped event")
+}
+
+/// The records of `event` from the one whose sequence number is `from` on: what the event source
+/// mapping delivers again after that record was reported.
+pub fn redeliver_from(event: &KinesisEvent, from: &str) -> KinesisEvent {
+    let mut again = event.clone();
+    let start = again
+        .records
+        .iter()
+        .position(|r| r.kinesis.sequence_number == from)
+        .expect("the reported record is in the batch");
+    again.records.drain(..start);
+    again
+}
+
+/// The `n` of a record made by [`batch`].
+pub fn n_of(record: &kinesis_checkpoint::Record) -> u64 {
+    record.json::<Value>().expect("json")["n"].as_u64().expect("n")
+}
+
+/// A Lambda context with a request id and `millis` left before the deadline.
+pub fn context(request_id: &str, millis: u64) -> lambda_runtime::Context {
+    let mut context = lambda_runtime::Context::default();
+    context.request_id = request_id.to_owned();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    context.deadline = u64::try_from(now).unwrap() + millis;
+    context
+}
+
+/// The reported identifiers of a response, checking the wire form on the way: camelCase, never
+/// a null or empty identifier.
+pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
+    let wire = serde_json::to_value(response).expect("serializable");
+    let failures = wire["batchItemFailures"].as_array().expect("batchItemFailures");
+    failures
+        .iter()
+        .map(|failure| {
+            let id = failure["itemIdentifier"].as_str().expect("a string identifier, never null");
+            assert!(!id.is_empty(), "an empty identifier fails the whole batch");
+            id.to_owned()
+        })
+        .collect()
+}
