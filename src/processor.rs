@@ -407,6 +407,12 @@ impl<H: Handler> Processor<H> {
         context: &Context,
     ) -> Result<BatchReport, ProcessError> {
         let invocation = Invocation::new(context);
+        tracing::debug!(
+            owner = invocation.owner,
+            deadline = context.deadline,
+            time_left_ms = invocation.time_left().map(|left| left.as_millis()),
+            "batch received"
+        );
         let (groups, orphans, unreportable) = group(parse_event(event));
         let mut report = BatchReport::default();
         for group in groups {
@@ -686,6 +692,9 @@ struct Dispatched {
     stopped: Option<(usize, StopReason)>,
 }
 
+/// 2001-09-09 in epoch milliseconds: every real deadline is later.
+const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
+
 /// This invocation's identity and deadline.
 struct Invocation {
     owner: String,
@@ -710,7 +719,15 @@ impl Invocation {
             } else {
                 format!("{function}:{request}")
             },
-            deadline: (context.deadline > 0).then_some(context.deadline),
+            deadline: match context.deadline {
+                0 => None,
+                // `cargo lambda watch` (1.9) sends its timeout, not an epoch deadline. A value
+                // before 2001 cannot be a deadline: read it as the time left from now.
+                relative if relative < PLAUSIBLE_EPOCH_MILLIS => {
+                    Some(now_millis().saturating_add(relative))
+                }
+                deadline => Some(deadline),
+            },
         }
     }
 
