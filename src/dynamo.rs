@@ -32,7 +32,8 @@ const CHECKPOINT_SUB: &str = "checkpoint_sub";
 const PARENTS: &str = "parent_shards";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
-const TAKEABLE: &str = "attribute_not_exists(lease_owner) OR lease_owner = :me OR lease_expiry < :now";
+const TAKEABLE: &str =
+    "attribute_not_exists(lease_owner) OR lease_owner = :me OR lease_expiry < :now";
 /// Every other write needs the lease to be ours.
 const OURS: &str = "lease_owner = :me";
 
@@ -257,11 +258,16 @@ impl DynamoLeaseStore {
             .expression_attribute_values(":seq", AttributeValue::S(checkpoint.clone()));
         adopt = match bare.checkpoint_sub {
             Some(sub) => adopt
-                .update_expression("SET checkpoint = :seq, checkpoint_sub = :sub ADD lease_counter :one")
+                .update_expression(
+                    "SET checkpoint = :seq, checkpoint_sub = :sub ADD lease_counter :one",
+                )
                 .expression_attribute_values(":sub", AttributeValue::N(sub.to_string())),
             None => adopt.update_expression("SET checkpoint = :seq ADD lease_counter :one"),
         };
-        if self.conditional("UpdateItem (adopt legacy row)", key, adopt).await? {
+        if self
+            .conditional("UpdateItem (adopt legacy row)", key, adopt)
+            .await?
+        {
             tracing::info!(
                 table = self.table,
                 shard = key.shard(),
@@ -313,9 +319,12 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
 }
 
 /// The `SET`/`REMOVE` clauses and values that write `position` as the checkpoint.
-fn set_position(request: UpdateItemFluentBuilder, position: &Position) -> (UpdateItemFluentBuilder, &'static str, &'static str) {
-    let request =
-        request.expression_attribute_values(":seq", AttributeValue::S(position.checkpoint().to_owned()));
+fn set_position(
+    request: UpdateItemFluentBuilder,
+    position: &Position,
+) -> (UpdateItemFluentBuilder, &'static str, &'static str) {
+    let request = request
+        .expression_attribute_values(":seq", AttributeValue::S(position.checkpoint().to_owned()));
     match position.sub_sequence() {
         Some(sub) => (
             request.expression_attribute_values(":sub", AttributeValue::N(sub.to_string())),
@@ -340,7 +349,9 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(async move {
             let request = self
                 .update(&key.to_string())
-                .update_expression("SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one")
+                .update_expression(
+                    "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
+                )
                 .condition_expression(TAKEABLE)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
                 .expression_attribute_values(":expiry", expiry_after(ttl))
@@ -375,11 +386,14 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(async move {
             let request = self
                 .update(&key.to_string())
-                .update_expression("SET checkpoint = :seq REMOVE checkpoint_sub ADD lease_counter :one")
+                .update_expression(
+                    "SET checkpoint = :seq REMOVE checkpoint_sub ADD lease_counter :one",
+                )
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
                 .expression_attribute_values(":seq", AttributeValue::S(sequence.to_owned()));
-            self.conditional("UpdateItem (checkpoint)", key, request).await
+            self.conditional("UpdateItem (checkpoint)", key, request)
+                .await
         })
     }
 
@@ -418,13 +432,17 @@ impl LeaseStore for DynamoLeaseStore {
             let row = key.to_string();
             let outcome = self
                 .update(&row)
-                .update_expression("SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one")
+                .update_expression(
+                    "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
+                )
                 .condition_expression(TAKEABLE)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
                 .expression_attribute_values(":expiry", expiry_after(ttl))
                 .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()))
                 .return_values(ReturnValue::AllNew)
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .send()
                 .await;
             match outcome {
@@ -433,12 +451,12 @@ impl LeaseStore for DynamoLeaseStore {
                     Ok(Claim::Acquired(self.with_legacy(key, own).await?))
                 }
                 Err(error) if is_condition_failure(&error) => {
-                    let holder = error
-                        .as_service_error()
-                        .and_then(|service| match service {
-                            UpdateItemError::ConditionalCheckFailedException(failed) => failed.item.as_ref(),
-                            _ => None,
-                        });
+                    let holder = error.as_service_error().and_then(|service| match service {
+                        UpdateItemError::ConditionalCheckFailedException(failed) => {
+                            failed.item.as_ref()
+                        }
+                        _ => None,
+                    });
                     Ok(Claim::Held(state_of(holder)))
                 }
                 Err(error) => Err(self.failed("UpdateItem (acquire and read)", &row, &error)),
@@ -463,7 +481,8 @@ impl LeaseStore for DynamoLeaseStore {
                 .update_expression(format!("SET {set}{remove} ADD lease_counter :one"))
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
-            self.conditional("UpdateItem (checkpoint)", key, request).await
+            self.conditional("UpdateItem (checkpoint)", key, request)
+                .await
         })
     }
 
@@ -490,7 +509,8 @@ impl LeaseStore for DynamoLeaseStore {
                         "SET {set} REMOVE lease_owner, lease_expiry{remove} ADD lease_counter :one"
                     ))
                 }
-                None => request.update_expression("REMOVE lease_owner, lease_expiry ADD lease_counter :one"),
+                None => request
+                    .update_expression("REMOVE lease_owner, lease_expiry ADD lease_counter :one"),
             };
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await

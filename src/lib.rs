@@ -75,7 +75,5 @@ pub use sequence::{Position, SequenceError, SequenceNumber};
 pub mod prelude {
     #[cfg(feature = "dynamodb")]
     pub use crate::DynamoLeaseStore;
-    pub use crate::{
-        Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json,
-    };
+    pub use crate::{Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json};
 }

@@ -120,7 +120,7 @@ impl MemoryLeaseStore {
 pub(crate) fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| millis(since))
+        .map_or(0, millis)
 }
 
 /// A duration in whole milliseconds, saturating: a lease of centuries is still a lease.
@@ -254,7 +254,7 @@ mod tests {
     use super::*;
     use crate::lease::SHARD_END;
 
-    const TTL: Duration = Duration::from_secs(60);
+    const TTL: Duration = Duration::from_mins(1);
 
     fn orders(shard: &str) -> LeaseKey {
         LeaseKey::new("orders", shard)
@@ -289,7 +289,10 @@ mod tests {
         let state = store.read(&shard).await.unwrap();
         assert_eq!(state.checkpoint.as_deref(), Some("41"));
         assert_eq!(state.lease_owner, None);
-        assert!(store.acquire(&shard, "b", TTL).await.unwrap(), "released means free");
+        assert!(
+            store.acquire(&shard, "b", TTL).await.unwrap(),
+            "released means free"
+        );
     }
 
     #[tokio::test]
@@ -316,8 +319,7 @@ mod tests {
         let store = MemoryLeaseStore::new();
         let shard = orders("shardId-000000000000");
         let position = Position::sub_record("9".parse().unwrap(), 2);
-        let Claim::Acquired(first) = store.acquire_and_read(&shard, "a", TTL).await.unwrap()
-        else {
+        let Claim::Acquired(first) = store.acquire_and_read(&shard, "a", TTL).await.unwrap() else {
             panic!("the lease was free");
         };
         assert!(store.renew(&shard, "a", TTL).await.unwrap());

@@ -124,6 +124,9 @@ pub enum Disposition {
     Reported,
     /// After the reported record: not run, delivered again with it.
     NotAttempted,
+    /// The handler ran, but the checkpoint could not be written (the lease was lost or the
+    /// store failed): Lambda delivers it again and it runs again.
+    Uncheckpointed,
 }
 
 impl fmt::Display for Disposition {
@@ -133,6 +136,7 @@ impl fmt::Display for Disposition {
             Self::Duplicate => "skipped (duplicate)",
             Self::Reported => "reported",
             Self::NotAttempted => "not attempted",
+            Self::Uncheckpointed => "processed, not checkpointed",
         })
     }
 }
@@ -168,6 +172,20 @@ pub enum StopReason {
     CheckpointFailed(String),
     /// A record of the batch cannot be understood.
     Malformed(String),
+}
+
+impl StopReason {
+    /// Whether the records were processed but their checkpoint could not be written.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::StopReason;
+    /// assert!(StopReason::CheckpointFenced.is_checkpoint_failure());
+    /// assert!(!StopReason::Deadline.is_checkpoint_failure());
+    /// ```
+    #[must_use]
+    pub const fn is_checkpoint_failure(&self) -> bool {
+        matches!(self, Self::CheckpointFenced | Self::CheckpointFailed(_))
+    }
 }
 
 impl fmt::Display for StopReason {
@@ -336,6 +354,7 @@ impl<H: Handler> Processor<H> {
     /// lambda_runtime::run(processor.service()).await
     /// # }
     /// ```
+    #[must_use]
     pub fn service(
         self,
     ) -> impl Service<
@@ -484,13 +503,19 @@ impl<H: Handler> Processor<H> {
         // Gate (DESIGN step 3) goes here: a child shard waits for its parents.
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
-        let done_before = |entry: &Entry| checkpoint.as_ref().is_some_and(|c| entry.position() <= *c);
-        let skipped = entries.iter().take_while(|entry| done_before(entry)).count();
+        let done_before =
+            |entry: &Entry| checkpoint.as_ref().is_some_and(|c| entry.position() <= *c);
+        let skipped = entries
+            .iter()
+            .take_while(|entry| done_before(entry))
+            .count();
         let (duplicates, pending) = entries.split_at(skipped);
-        report.records.extend(duplicates.iter().map(|entry| RecordReport {
-            position: entry.position(),
-            disposition: Disposition::Duplicate,
-        }));
+        report
+            .records
+            .extend(duplicates.iter().map(|entry| RecordReport {
+                position: entry.position(),
+                disposition: Disposition::Duplicate,
+            }));
         if skipped > 0 {
             tracing::info!(skipped, "skipped records at or below the checkpoint");
         }
@@ -506,54 +531,78 @@ impl<H: Handler> Processor<H> {
         // Checkpoint and release in one conditional write.
         let progress = dispatched
             .done_through
+            .clone()
             .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
-        let written = self
-            .store
-            .checkpoint_and_release(&key, owner, progress.as_ref())
+        let (dispositions, stopped) = self
+            .commit(&key, owner, progress.as_ref(), dispatched)
             .await;
-        let mut dispositions = dispatched.dispositions;
-        let mut stopped = dispatched.stopped;
-        match written {
-            Ok(true) => report.checkpoint = progress,
-            outcome => {
-                let reason = match outcome {
-                    Err(error) => StopReason::CheckpointFailed(error.to_string()),
-                    _ => StopReason::CheckpointFenced,
-                };
-                if progress.is_some() {
-                    tracing::error!(
-                        stream = key.stream(),
-                        shard = key.shard(),
-                        checkpoint = %progress.as_ref().map(ToString::to_string).unwrap_or_default(),
-                        %reason,
-                        "could not checkpoint; reporting from the first record processed in this invocation"
-                    );
-                    // The records processed here are redelivered: from the first of them.
-                    if let Some(first) = dispositions
-                        .iter()
-                        .position(|d| *d == Disposition::Processed)
-                    {
-                        dispositions[first] = Disposition::Reported;
-                        stopped = Some((first, reason));
-                    }
-                } else {
-                    tracing::warn!(%reason, "could not release the lease; it lapses by itself");
-                }
-            }
+        if stopped
+            .as_ref()
+            .is_none_or(|(_, reason)| !reason.is_checkpoint_failure())
+        {
+            report.checkpoint = progress;
         }
 
-        report
-            .records
-            .extend(pending.iter().zip(&dispositions).map(|(entry, disposition)| RecordReport {
-                position: entry.position(),
-                disposition: *disposition,
-            }));
+        report.records.extend(
+            pending
+                .iter()
+                .zip(&dispositions)
+                .map(|(entry, disposition)| RecordReport {
+                    position: entry.position(),
+                    disposition: *disposition,
+                }),
+        );
         if let Some((index, reason)) = stopped {
             let sequence = pending[index].sequence().clone();
             tracing::info!(%sequence, %reason, "reporting the first record not done");
             report.stopped = Some((sequence, reason));
         }
         report
+    }
+
+    /// Writes `progress` and releases the lease. When the write is refused or fails, the
+    /// records processed here are not recorded: they are marked so and the first of them is
+    /// reported, since Lambda must deliver them again.
+    async fn commit(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        progress: Option<&Position>,
+        dispatched: Dispatched,
+    ) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
+        let Dispatched {
+            mut dispositions,
+            stopped,
+            ..
+        } = dispatched;
+        let reason = match self
+            .store
+            .checkpoint_and_release(key, owner, progress)
+            .await
+        {
+            Ok(true) => return (dispositions, stopped),
+            Ok(false) => StopReason::CheckpointFenced,
+            Err(error) => StopReason::CheckpointFailed(error.to_string()),
+        };
+        let Some(progress) = progress else {
+            tracing::warn!(%reason, "could not release the lease; it lapses by itself");
+            return (dispositions, stopped);
+        };
+        tracing::error!(
+            stream = key.stream(),
+            shard = key.shard(),
+            checkpoint = %progress,
+            %reason,
+            "could not checkpoint; reporting from the first record processed in this invocation"
+        );
+        let mut first = None;
+        for (index, disposition) in dispositions.iter_mut().enumerate() {
+            if *disposition == Disposition::Processed {
+                *disposition = Disposition::Uncheckpointed;
+                first.get_or_insert(index);
+            }
+        }
+        (dispositions, first.map(|index| (index, reason)).or(stopped))
     }
 
     /// Runs the handler over `pending` in order until a record is not done.
@@ -626,7 +675,11 @@ impl<H: Handler> Processor<H> {
     }
 
     /// Calls the handler, turning a panic or a run past `time_left` into a stop.
-    async fn call(&self, record: Record, time_left: Option<Duration>) -> Result<Outcome, StopReason> {
+    async fn call(
+        &self,
+        record: Record,
+        time_left: Option<Duration>,
+    ) -> Result<Outcome, StopReason> {
         let handled = CatchUnwind(self.handler.handle(record));
         let outcome = match time_left {
             Some(left) => tokio::time::timeout(left, handled)
@@ -639,7 +692,13 @@ impl<H: Handler> Processor<H> {
 
     /// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
     /// lets it lapse (as far as dispatch is concerned) when renewals keep failing.
-    async fn keep_alive(&self, key: &LeaseKey, owner: &str, invocation: &Invocation, lease: &LeaseWatch) {
+    async fn keep_alive(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        invocation: &Invocation,
+        lease: &LeaseWatch,
+    ) {
         loop {
             tokio::time::sleep(lease.ttl / 3).await;
             let ttl = invocation.lease_ttl(lease.ttl);
@@ -669,15 +728,22 @@ impl<H: Handler> Processor<H> {
 impl ShardReport {
     /// Reports the first record and marks every record not attempted: the shard does nothing.
     fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
-        self.records.extend(entries.iter().enumerate().map(|(index, entry)| RecordReport {
-            position: entry.position(),
-            disposition: if index == 0 {
-                Disposition::Reported
-            } else {
-                Disposition::NotAttempted
-            },
-        }));
-        self.stopped = entries.first().map(|entry| (entry.sequence().clone(), reason));
+        self.records.extend(
+            entries
+                .iter()
+                .enumerate()
+                .map(|(index, entry)| RecordReport {
+                    position: entry.position(),
+                    disposition: if index == 0 {
+                        Disposition::Reported
+                    } else {
+                        Disposition::NotAttempted
+                    },
+                }),
+        );
+        self.stopped = entries
+            .first()
+            .map(|entry| (entry.sequence().clone(), reason));
         self
     }
 }
@@ -708,7 +774,11 @@ impl Invocation {
         // no other invocation shares, or two of them would both hold the lease.
         static LOCAL: AtomicU64 = AtomicU64::new(0);
         let request = if context.request_id.is_empty() {
-            format!("local-{}-{}", std::process::id(), LOCAL.fetch_add(1, Ordering::Relaxed))
+            format!(
+                "local-{}-{}",
+                std::process::id(),
+                LOCAL.fetch_add(1, Ordering::Relaxed)
+            )
         } else {
             context.request_id.clone()
         };
@@ -738,8 +808,9 @@ impl Invocation {
 
     /// A lease never outlives the invocation that holds it.
     fn lease_ttl(&self, wanted: Duration) -> Duration {
-        self.time_left()
-            .map_or(wanted, |left| wanted.min(left).max(Duration::from_millis(1)))
+        self.time_left().map_or(wanted, |left| {
+            wanted.min(left).max(Duration::from_millis(1))
+        })
     }
 }
 
@@ -808,7 +879,13 @@ struct ShardBatch {
 /// unknown) and stops it; records after it are not dispatched. Returns the groups, the malformed
 /// records that belong to no group, and the first malformed record without a sequence number,
 /// which fails the whole batch.
-fn group(parsed: Vec<Parsed>) -> (Vec<ShardBatch>, Vec<MalformedRecord>, Option<MalformedRecord>) {
+fn group(
+    parsed: Vec<Parsed>,
+) -> (
+    Vec<ShardBatch>,
+    Vec<MalformedRecord>,
+    Option<MalformedRecord>,
+) {
     let mut groups: Vec<ShardBatch> = Vec::new();
     let mut orphans = Vec::new();
     let neighbour_key = |parsed: &[Parsed], index: usize| -> Option<LeaseKey> {
@@ -848,13 +925,11 @@ fn group(parsed: Vec<Parsed>) -> (Vec<ShardBatch>, Vec<MalformedRecord>, Option<
                     unreportable = Some(malformed);
                     continue;
                 };
-                match &key_of_malformed {
-                    Some(key) => (key.clone(), Entry::Malformed(malformed, sequence)),
-                    None => {
-                        orphans.push(malformed);
-                        continue;
-                    }
-                }
+                let Some(key) = &key_of_malformed else {
+                    orphans.push(malformed);
+                    continue;
+                };
+                (key.clone(), Entry::Malformed(malformed, sequence))
             }
         };
         match groups.iter_mut().find(|group| group.key == key) {

@@ -371,7 +371,9 @@ impl MalformedRecord {
     /// ```
     #[must_use]
     pub fn reportable_sequence(&self) -> Option<SequenceNumber> {
-        self.sequence.as_deref().and_then(|digits| digits.parse().ok())
+        self.sequence
+            .as_deref()
+            .and_then(|digits| digits.parse().ok())
     }
 }
 
@@ -503,7 +505,7 @@ mod tests {
     const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
     const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
 
-    fn event(records: serde_json::Value) -> KinesisEvent {
+    fn event(records: &serde_json::Value) -> KinesisEvent {
         serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
     }
 
@@ -525,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
-        let parsed = parse_event(event(serde_json::json!([lambda_record(
+        let parsed = parse_event(event(&serde_json::json!([lambda_record(
             &format!("shardId-000000000004:{SEQ}"),
             ARN,
             SEQ
@@ -547,9 +549,13 @@ mod tests {
     #[test]
     fn records_of_one_shard_share_one_key() {
         let id = format!("shardId-000000000004:{SEQ}");
-        let parsed = parse_event(event(serde_json::json!([
+        let parsed = parse_event(event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
-            lambda_record(&id, ARN, "49590338271490256608559692538361571095921575989136588899"),
+            lambda_record(
+                &id,
+                ARN,
+                "49590338271490256608559692538361571095921575989136588899"
+            ),
         ])));
         let keys: Vec<_> = parsed.iter().map(|r| r.as_ref().unwrap().key()).collect();
         assert!(std::ptr::eq(keys[0].stream(), keys[1].stream()));
@@ -557,14 +563,20 @@ mod tests {
 
     #[test]
     fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
-        let parsed = parse_event(event(serde_json::json!([
+        let parsed = parse_event(event(&serde_json::json!([
             lambda_record("no-colon-here", ARN, SEQ),
-            lambda_record(&format!("shardId-000000000001:{SEQ}"), "arn:aws:sqs:x:y:z", SEQ),
+            lambda_record(
+                &format!("shardId-000000000001:{SEQ}"),
+                "arn:aws:sqs:x:y:z",
+                SEQ
+            ),
             lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, "00"),
             lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, ""),
         ])));
-        let errors: Vec<MalformedRecord> =
-            parsed.into_iter().map(|r| r.expect_err("malformed")).collect();
+        let errors: Vec<MalformedRecord> = parsed
+            .into_iter()
+            .map(|r| r.expect_err("malformed"))
+            .collect();
         assert!(matches!(errors[0].reason, MalformedReason::EventId(_)));
         assert_eq!(errors[0].stream.as_deref(), Some("orders"));
         assert_eq!(errors[0].reportable_sequence().unwrap().as_str(), SEQ);
@@ -593,7 +605,10 @@ mod tests {
             Some("a-b_c.d")
         );
         assert_eq!(stream_name("arn:aws:kinesis:us-east-1:1:stream/"), None);
-        assert_eq!(stream_name("arn:aws:kinesis:us-east-1:1:table/orders"), None);
+        assert_eq!(
+            stream_name("arn:aws:kinesis:us-east-1:1:table/orders"),
+            None
+        );
         assert_eq!(stream_name("orders"), None);
         assert_eq!(shard_id(":123"), None);
         assert_eq!(shard_id("shardId-1:"), None);

@@ -4,7 +4,7 @@
 //! and comparing the strings as text puts `"9"` after `"10"`. Everything that decides whether a
 //! record was already processed goes through [`SequenceNumber`]'s order (length, then digits)
 //! and [`Position`]'s extended order (then the sub-sequence inside a KPL aggregate, with
-//! [`SHARD_END`](crate::SHARD_END) after everything), so that rule lives in one place.
+//! [`SHARD_END`] after everything), so that rule lives in one place.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -194,7 +194,10 @@ impl Position {
     /// assert_eq!(Position::from_checkpoint("12", Some(3))?.to_string(), "12/3");
     /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
     /// ```
-    pub fn from_checkpoint(checkpoint: &str, sub_sequence: Option<u64>) -> Result<Self, SequenceError> {
+    pub fn from_checkpoint(
+        checkpoint: &str,
+        sub_sequence: Option<u64>,
+    ) -> Result<Self, SequenceError> {
         if checkpoint == SHARD_END {
             return Ok(Self::ShardEnd);
         }

@@ -21,11 +21,17 @@ async fn requests_per_batch(moto: &Moto, size: u64) -> Vec<String> {
     );
     let shard = "shardId-000000000000";
     // Warm up: the row exists and holds a checkpoint, as it does for every batch but the first.
-    processor.process(batch("orders", shard, 0..1), &context("warm", 60_000)).await.unwrap();
+    processor
+        .process(batch("orders", shard, 0..1), &context("warm", 60_000))
+        .await
+        .unwrap();
 
     moto.start_recording();
     let response = processor
-        .process(batch("orders", shard, 1..1 + size), &context("steady", 60_000))
+        .process(
+            batch("orders", shard, 1..1 + size),
+            &context("steady", 60_000),
+        )
         .await
         .unwrap();
     let requests = moto.stop_recording();
@@ -40,10 +46,15 @@ async fn a_steady_state_batch_costs_two_dynamodb_requests_whatever_its_size() {
     for size in [1, 100, 1_000] {
         let requests = requests_per_batch(&moto, size).await;
         assert!(
-            requests.iter().all(|target| target == "DynamoDB_20120810.UpdateItem"),
+            requests
+                .iter()
+                .all(|target| target == "DynamoDB_20120810.UpdateItem"),
             "one UpdateItem to claim and read, one to checkpoint and release: {requests:?}"
         );
-        println!("batch of {size:>5} records: {} DynamoDB requests", requests.len());
+        println!(
+            "batch of {size:>5} records: {} DynamoDB requests",
+            requests.len()
+        );
         counts.push(requests.len());
     }
     assert_eq!(counts, vec![2, 2, 2]);

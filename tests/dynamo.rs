@@ -15,7 +15,7 @@ use kinesis_checkpoint::{
     StopReason, UnattributedLegacyRow,
 };
 
-const TTL: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_mins(1);
 const SHARD: &str = "shardId-000000000000";
 
 /// A fresh table on the shared server, and a store and a raw client on it.
@@ -23,10 +23,18 @@ async fn table() -> (DynamoLeaseStore, aws_sdk_dynamodb::Client, String) {
     let config = Moto::shared().sdk_config(1).await;
     let name = unique("leases");
     create_lease_table(&config, &name).await;
-    (DynamoLeaseStore::new(&config, &name), aws_sdk_dynamodb::Client::new(&config), name)
+    (
+        DynamoLeaseStore::new(&config, &name),
+        aws_sdk_dynamodb::Client::new(&config),
+        name,
+    )
 }
 
-async fn raw_row(client: &aws_sdk_dynamodb::Client, table: &str, key: &str) -> std::collections::HashMap<String, AttributeValue> {
+async fn raw_row(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
     client
         .get_item()
         .table_name(table)
@@ -44,7 +52,11 @@ async fn raw_row(client: &aws_sdk_dynamodb::Client, table: &str, key: &str) -> s
 struct Seen(Arc<Mutex<Vec<u64>>>);
 
 impl Seen {
-    fn processor(&self, store: DynamoLeaseStore, fail: Option<u64>) -> Processor<impl kinesis_checkpoint::Handler> {
+    fn processor(
+        &self,
+        store: DynamoLeaseStore,
+        fail: Option<u64>,
+    ) -> Processor<impl kinesis_checkpoint::Handler> {
         let seen = self.clone();
         let failed_once = Arc::new(Mutex::new(false));
         Processor::new(Arc::new(store), move |record: Record| {
@@ -73,16 +85,28 @@ async fn a_live_lease_is_exclusive_an_expired_one_is_stealable_and_the_loser_is_
     let (store, client, table) = table().await;
     let key = LeaseKey::new("orders", SHARD);
 
-    assert!(store.acquire(&key, "a", Duration::from_millis(1)).await.unwrap());
+    assert!(
+        store
+            .acquire(&key, "a", Duration::from_millis(1))
+            .await
+            .unwrap()
+    );
     tokio::time::sleep(Duration::from_millis(5)).await;
-    assert!(store.acquire(&key, "b", TTL).await.unwrap(), "a's lease expired");
+    assert!(
+        store.acquire(&key, "b", TTL).await.unwrap(),
+        "a's lease expired"
+    );
     assert!(!store.acquire(&key, "a", TTL).await.unwrap(), "b's is live");
     assert!(!store.renew(&key, "a", TTL).await.unwrap(), "a is fenced");
     assert!(!store.checkpoint(&key, "a", &sequence(5)).await.unwrap());
     assert!(store.renew(&key, "b", TTL).await.unwrap());
     assert!(store.checkpoint(&key, "b", &sequence(6)).await.unwrap());
     store.release(&key, "a").await.unwrap();
-    assert_eq!(store.read(&key).await.unwrap().lease_owner.as_deref(), Some("b"), "a cannot release b's lease");
+    assert_eq!(
+        store.read(&key).await.unwrap().lease_owner.as_deref(),
+        Some("b"),
+        "a cannot release b's lease"
+    );
     store.release(&key, "b").await.unwrap();
 
     let row = raw_row(&client, &table, "orders:shardId-000000000000").await;
@@ -101,8 +125,16 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
     let Claim::Acquired(fresh) = store.acquire_and_read(&key, "a", TTL).await.unwrap() else {
         panic!("the row did not exist");
     };
-    assert_eq!((fresh.checkpoint.as_deref(), fresh.lease_owner.as_deref()), (None, Some("a")));
-    assert!(store.checkpoint_position(&key, "a", &position).await.unwrap());
+    assert_eq!(
+        (fresh.checkpoint.as_deref(), fresh.lease_owner.as_deref()),
+        (None, Some("a"))
+    );
+    assert!(
+        store
+            .checkpoint_position(&key, "a", &position)
+            .await
+            .unwrap()
+    );
 
     let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
         panic!("a holds the lease");
@@ -111,12 +143,27 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
     assert_eq!(held.position().unwrap(), Some(position.clone()));
 
     let next = Position::record(sequence(41).parse().unwrap());
-    assert!(!store.checkpoint_and_release(&key, "b", Some(&next)).await.unwrap(), "b is not the owner");
-    assert!(store.checkpoint_and_release(&key, "a", Some(&next)).await.unwrap());
+    assert!(
+        !store
+            .checkpoint_and_release(&key, "b", Some(&next))
+            .await
+            .unwrap(),
+        "b is not the owner"
+    );
+    assert!(
+        store
+            .checkpoint_and_release(&key, "a", Some(&next))
+            .await
+            .unwrap()
+    );
     let Claim::Acquired(after) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
         panic!("a released the lease");
     };
-    assert_eq!(after.position().unwrap(), Some(next), "a whole-record checkpoint clears checkpoint_sub");
+    assert_eq!(
+        after.position().unwrap(),
+        Some(next),
+        "a whole-record checkpoint clears checkpoint_sub"
+    );
     assert!(after.lease_counter > held.lease_counter);
 }
 
@@ -135,23 +182,41 @@ async fn a_table_of_bare_shard_rows_is_read_only_for_the_named_stream() {
     // 1. Named stream: the bare row's checkpoint is used and copied under the stream's key.
     let seen = Seen::default();
     let orders = seen.processor(store.clone().legacy_stream("orders"), None);
-    let response = orders.process(batch("orders", SHARD, 0..8), &context("r1", 60_000)).await.unwrap();
+    let response = orders
+        .process(batch("orders", SHARD, 0..8), &context("r1", 60_000))
+        .await
+        .unwrap();
     assert!(reported(&response).is_empty());
-    assert_eq!(seen.all(), vec![5, 6, 7], "records at or below the bare row's checkpoint are done");
+    assert_eq!(
+        seen.all(),
+        vec![5, 6, 7],
+        "records at or below the bare row's checkpoint are done"
+    );
     let copied = raw_row(&client, &table, "orders:shardId-000000000000").await;
     assert_eq!(copied["checkpoint"].as_s().unwrap(), &sequence(7));
 
     // 2. Another stream ignores the bare row.
     let seen = Seen::default();
     let refunds = seen.processor(store.clone().legacy_stream("orders"), None);
-    refunds.process(batch("refunds", SHARD, 0..3), &context("r2", 60_000)).await.unwrap();
+    refunds
+        .process(batch("refunds", SHARD, 0..3), &context("r2", 60_000))
+        .await
+        .unwrap();
     assert_eq!(seen.all(), vec![0, 1, 2]);
 
     // 3. No stream named: the bare row is refused with an error an operator can act on.
-    let error = store.read(&LeaseKey::new("payments", SHARD)).await.unwrap_err();
-    let legacy = error.downcast_ref::<UnattributedLegacyRow>().expect("the typed refusal");
+    let error = store
+        .read(&LeaseKey::new("payments", SHARD))
+        .await
+        .unwrap_err();
+    let legacy = error
+        .downcast_ref::<UnattributedLegacyRow>()
+        .expect("the typed refusal");
     let message = legacy.to_string();
-    assert!(message.contains(&table) && message.contains(SHARD) && message.contains("'payments'"), "{message}");
+    assert!(
+        message.contains(&table) && message.contains(SHARD) && message.contains("'payments'"),
+        "{message}"
+    );
     let seen = Seen::default();
     let payments = seen.processor(store.clone(), None);
     let report = payments
@@ -159,9 +224,14 @@ async fn a_table_of_bare_shard_rows_is_read_only_for_the_named_stream() {
         .await
         .unwrap();
     assert!(seen.all().is_empty(), "nothing runs on an unattributed row");
-    assert!(matches!(&report.shards[0].stopped, Some((_, StopReason::Store(e))) if e.contains("legacy_stream")));
+    assert!(
+        matches!(&report.shards[0].stopped, Some((_, StopReason::Store(e))) if e.contains("legacy_stream"))
+    );
     let row = raw_row(&client, &table, "payments:shardId-000000000000").await;
-    assert!(!row.contains_key("lease_owner"), "the refused claim released its lease");
+    assert!(
+        !row.contains_key("lease_owner"),
+        "the refused claim released its lease"
+    );
 }
 
 #[tokio::test]
@@ -172,20 +242,39 @@ async fn redelivery_after_full_and_after_partial_success_processes_nothing_twice
     let first = batch("orders", SHARD, 0..5);
     let second = batch("orders", SHARD, 5..10);
 
-    processor.process(first.clone(), &context("r1", 60_000)).await.unwrap();
-    let again = processor.process(first, &context("r2", 60_000)).await.unwrap();
+    processor
+        .process(first.clone(), &context("r1", 60_000))
+        .await
+        .unwrap();
+    let again = processor
+        .process(first, &context("r2", 60_000))
+        .await
+        .unwrap();
     assert!(reported(&again).is_empty());
 
-    let partial = processor.process(second.clone(), &context("r3", 60_000)).await.unwrap();
+    let partial = processor
+        .process(second.clone(), &context("r3", 60_000))
+        .await
+        .unwrap();
     assert_eq!(reported(&partial), vec![sequence(6)]);
-    processor.process(second.clone(), &context("r4", 60_000)).await.unwrap();
+    processor
+        .process(second.clone(), &context("r4", 60_000))
+        .await
+        .unwrap();
     let rest = processor
-        .process(redeliver_from(&second, &sequence(6)), &context("r5", 60_000))
+        .process(
+            redeliver_from(&second, &sequence(6)),
+            &context("r5", 60_000),
+        )
         .await
         .unwrap();
 
     assert!(reported(&rest).is_empty());
-    assert_eq!(seen.all(), (0..10).collect::<Vec<_>>(), "every record once, in order");
+    assert_eq!(
+        seen.all(),
+        (0..10).collect::<Vec<_>>(),
+        "every record once, in order"
+    );
     let row = raw_row(&client, &table, "orders:shardId-000000000000").await;
     assert_eq!(row["checkpoint"].as_s().unwrap(), &sequence(9));
 }
@@ -216,7 +305,9 @@ async fn of_two_deliveries_of_one_shard_at_once_only_one_processes() {
         }
     });
     let running = tokio::spawn(async move {
-        first.process(batch("orders", SHARD, 0..4), &context("first", 60_000)).await
+        first
+            .process(batch("orders", SHARD, 0..4), &context("first", 60_000))
+            .await
     });
     inside_rx.await.unwrap();
 
@@ -245,9 +336,18 @@ async fn two_streams_with_the_same_shard_ids_share_a_table_without_sharing_progr
     let seen = Seen::default();
     let processor = seen.processor(store, None);
 
-    processor.process(batch("orders", SHARD, 0..3), &context("r1", 60_000)).await.unwrap();
-    processor.process(batch("refunds", SHARD, 0..6), &context("r2", 60_000)).await.unwrap();
-    processor.process(batch("orders", SHARD, 0..3), &context("r3", 60_000)).await.unwrap();
+    processor
+        .process(batch("orders", SHARD, 0..3), &context("r1", 60_000))
+        .await
+        .unwrap();
+    processor
+        .process(batch("refunds", SHARD, 0..6), &context("r2", 60_000))
+        .await
+        .unwrap();
+    processor
+        .process(batch("orders", SHARD, 0..3), &context("r3", 60_000))
+        .await
+        .unwrap();
 
     assert_eq!(seen.all(), vec![0, 1, 2, 0, 1, 2, 3, 4, 5]);
     let orders = raw_row(&client, &table, "orders:shardId-000000000000").await;
@@ -274,5 +374,8 @@ async fn a_store_that_cannot_be_reached_reports_the_first_record_with_table_and_
         panic!("the claim failed: {report:?}");
     };
     assert_eq!(at.as_str(), sequence(0));
-    assert!(error.contains("'leases'") && error.contains("orders:shardId-000000000000"), "{error}");
+    assert!(
+        error.contains("'leases'") && error.contains("orders:shardId-000000000000"),
+        "{error}"
+    );
 }

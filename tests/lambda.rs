@@ -25,24 +25,39 @@ struct Watch {
 
 impl Watch {
     fn start(env: &[(&str, &str)]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         // A file, not `--env-var`: that flag splits values at commas (as in `RUST_LOG`).
         let env_file = root.join(format!("target/e2e-ledger-{port}.env"));
-        let vars: String = env.iter().map(|(k, v)| format!("{k}=\"{v}\"\n")).collect();
+        let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        let vars = vars.join("\n");
         std::fs::write(&env_file, vars).unwrap();
         let log = std::fs::File::create(root.join("target/e2e-ledger.log")).unwrap();
         let mut command = Command::new(cargo_lambda());
         command
-            .args(["lambda", "watch", "--ignore-changes", "-A", "127.0.0.1", "-P", &port.to_string()])
+            .args([
+                "lambda",
+                "watch",
+                "--ignore-changes",
+                "-A",
+                "127.0.0.1",
+                "-P",
+                &port.to_string(),
+            ])
             .arg("--env-file")
             .arg(&env_file)
             .current_dir(root.join("functions/ledger"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        let mut child = command.spawn().expect("cargo lambda starts; run `make test`, which installs it");
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut child = command
+            .spawn()
+            .expect("cargo lambda starts; run `make test`, which installs it");
+        let deadline = Instant::now() + Duration::from_mins(2);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             let exited = child.try_wait().unwrap();
             assert!(
@@ -60,9 +75,14 @@ impl Watch {
     /// Invokes the function with `event` and returns its answer.
     fn invoke(&self, event: &KinesisEvent) -> Value {
         let body = serde_json::to_vec(event).unwrap();
-        let (status, answer) = http::request("POST", &self.url, &body).expect("the invoke API answers");
-        let answer: Value = serde_json::from_slice(&answer)
-            .unwrap_or_else(|_| panic!("a JSON answer, got {status}: {}", String::from_utf8_lossy(&answer)));
+        let (status, answer) =
+            http::request("POST", &self.url, &body).expect("the invoke API answers");
+        let answer: Value = serde_json::from_slice(&answer).unwrap_or_else(|_| {
+            panic!(
+                "a JSON answer, got {status}: {}",
+                String::from_utf8_lossy(&answer)
+            )
+        });
         assert_eq!(status, 200, "{answer}");
         answer
     }
@@ -82,11 +102,17 @@ fn cargo_lambda() -> PathBuf {
         return path.into();
     }
     let venv = python().with_file_name("cargo-lambda");
-    if venv.exists() { venv } else { "cargo-lambda".into() }
+    if venv.exists() {
+        venv
+    } else {
+        "cargo-lambda".into()
+    }
 }
 
 fn sample(name: &str) -> KinesisEvent {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("events").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("events")
+        .join(name);
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -95,7 +121,12 @@ fn failures(answer: &Value) -> Vec<String> {
         .as_array()
         .expect("a partial batch response")
         .iter()
-        .map(|f| f["itemIdentifier"].as_str().expect("never a null identifier").to_owned())
+        .map(|f| {
+            f["itemIdentifier"]
+                .as_str()
+                .expect("never a null identifier")
+                .to_owned()
+        })
         .collect()
 }
 
@@ -107,15 +138,27 @@ fn expected(events: &[KinesisEvent]) -> HashMap<String, (i64, u64)> {
         if order["fail"] == "poison" {
             continue;
         }
-        let entry = totals.entry(order["order_id"].as_str().unwrap().to_owned()).or_insert((0, 0));
+        let entry = totals
+            .entry(order["order_id"].as_str().unwrap().to_owned())
+            .or_insert((0, 0));
         entry.0 += order["amount_cents"].as_i64().unwrap();
         entry.1 += 1;
     }
     totals
 }
 
-async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<HashMap<String, AttributeValue>> {
-    client.scan().table_name(table).send().await.unwrap().items.unwrap_or_default()
+async fn scan(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<HashMap<String, AttributeValue>> {
+    client
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default()
 }
 
 fn s(item: &HashMap<String, AttributeValue>, name: &str) -> String {
@@ -156,20 +199,35 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     // A normal batch, then the same batch again, as after a time-out.
     let batch = sample("batch.json");
     assert_eq!(failures(&invoke(batch.clone())), Vec::<String>::new());
-    assert_eq!(failures(&invoke(sample("redelivered.json"))), Vec::<String>::new());
+    assert_eq!(
+        failures(&invoke(sample("redelivered.json"))),
+        Vec::<String>::new()
+    );
 
     // A transient failure: reported, then redelivered from it, then done.
     let transient = sample("transient.json");
     let failed = failures(&invoke(transient.clone()));
-    assert_eq!(failed, vec![transient.records[2].kinesis.sequence_number.clone()]);
-    assert_eq!(failures(&invoke(redeliver_from(&transient, &failed[0]))), Vec::<String>::new());
+    assert_eq!(
+        failed,
+        vec![transient.records[2].kinesis.sequence_number.clone()]
+    );
+    assert_eq!(
+        failures(&invoke(redeliver_from(&transient, &failed[0]))),
+        Vec::<String>::new()
+    );
 
     // A poison record: without a dead-letter queue it is reported on every delivery, never
     // dropped, and the records after it wait.
     let poison = sample("poison.json");
     let poisoned = failures(&invoke(poison.clone()));
-    assert_eq!(poisoned, vec![poison.records[1].kinesis.sequence_number.clone()]);
-    assert_eq!(failures(&invoke(redeliver_from(&poison, &poisoned[0]))), poisoned);
+    assert_eq!(
+        poisoned,
+        vec![poison.records[1].kinesis.sequence_number.clone()]
+    );
+    assert_eq!(
+        failures(&invoke(redeliver_from(&poison, &poisoned[0]))),
+        poisoned
+    );
 
     // A child shard after a split has a row of its own.
     let child = sample("child-shard.json");
@@ -180,7 +238,15 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         .await
         .iter()
         .filter(|item| !s(item, "order_id").starts_with("_attempts:"))
-        .map(|item| (s(item, "order_id"), (n(item, "total_cents"), n(item, "applied").try_into().unwrap())))
+        .map(|item| {
+            (
+                s(item, "order_id"),
+                (
+                    n(item, "total_cents"),
+                    n(item, "applied").try_into().unwrap(),
+                ),
+            )
+        })
         .collect();
     let applied_so_far = [batch, transient, poison.clone(), child.clone()];
     let mut want = expected(&applied_so_far);
@@ -197,9 +263,18 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         .map(|row| (s(&row, "lease_key"), row))
         .collect();
     let shard0 = &rows["orders:shardId-000000000000"];
-    assert_eq!(s(shard0, "checkpoint"), poison.records[0].kinesis.sequence_number);
-    assert!(!shard0.contains_key("lease_owner"), "every invocation released its lease");
+    assert_eq!(
+        s(shard0, "checkpoint"),
+        poison.records[0].kinesis.sequence_number
+    );
+    assert!(
+        !shard0.contains_key("lease_owner"),
+        "every invocation released its lease"
+    );
     let shard1 = &rows["orders:shardId-000000000001"];
-    assert_eq!(s(shard1, "checkpoint"), child.records[2].kinesis.sequence_number);
+    assert_eq!(
+        s(shard1, "checkpoint"),
+        child.records[2].kinesis.sequence_number
+    );
     drop(watch);
 }

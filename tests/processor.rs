@@ -67,7 +67,10 @@ async fn a_fresh_batch_runs_in_order_and_is_checkpointed_at_its_last_record() {
     assert_eq!(seen.all(), (0..10).collect::<Vec<_>>());
     assert_eq!(checkpoint_of(&store).await, Some(sequence(9)));
     let row = store.read(&key()).await.unwrap();
-    assert_eq!(row.lease_owner, None, "the lease is released with the checkpoint");
+    assert_eq!(
+        row.lease_owner, None,
+        "the lease is released with the checkpoint"
+    );
 }
 
 #[tokio::test]
@@ -77,7 +80,10 @@ async fn a_batch_redelivered_after_full_success_runs_nothing_again() {
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
     let event = batch(STREAM, SHARD, 0..5);
 
-    processor.process(event.clone(), &context("r1", 60_000)).await.unwrap();
+    processor
+        .process(event.clone(), &context("r1", 60_000))
+        .await
+        .unwrap();
     let again = processor
         .process_batch(event, &context("r2", 60_000))
         .await
@@ -106,21 +112,35 @@ async fn a_redelivery_after_partial_success_runs_only_what_was_not_done() {
     );
     let event = batch(STREAM, SHARD, 0..6);
 
-    let first = processor.process(event.clone(), &context("r1", 60_000)).await.unwrap();
+    let first = processor
+        .process(event.clone(), &context("r1", 60_000))
+        .await
+        .unwrap();
     assert_eq!(reported(&first), vec![sequence(3)]);
     assert_eq!(checkpoint_of(&store).await, Some(sequence(2)));
 
     // Lambda delivers the whole batch again after a time-out, then from the reported record.
-    processor.process(event.clone(), &context("r2", 60_000)).await.unwrap();
+    processor
+        .process(event.clone(), &context("r2", 60_000))
+        .await
+        .unwrap();
     let third = processor
         .process(redeliver_from(&event, &sequence(3)), &context("r3", 60_000))
         .await
         .unwrap();
 
     assert!(reported(&third).is_empty());
-    assert_eq!(seen.all(), vec![0, 1, 2, 3, 4, 5], "each record exactly once, in order");
+    assert_eq!(
+        seen.all(),
+        vec![0, 1, 2, 3, 4, 5],
+        "each record exactly once, in order"
+    );
     assert_eq!(attempts.lock().unwrap()[&3], 2);
-    assert_eq!(attempts.lock().unwrap()[&0], 1, "done records never run again");
+    assert_eq!(
+        attempts.lock().unwrap()[&0],
+        1,
+        "done records never run again"
+    );
 }
 
 #[tokio::test]
@@ -137,12 +157,18 @@ async fn the_first_retry_stops_the_shard_and_is_the_only_record_reported() {
         .await
         .unwrap();
 
-    assert_eq!(seen.all(), vec![0, 1], "nothing after the failed record runs");
+    assert_eq!(
+        seen.all(),
+        vec![0, 1],
+        "nothing after the failed record runs"
+    );
     let shard = &report.shards[0];
     assert_eq!(shard.count(Disposition::Processed), 2);
     assert_eq!(shard.count(Disposition::Reported), 1);
     assert_eq!(shard.count(Disposition::NotAttempted), 3);
-    assert!(matches!(&shard.stopped, Some((s, StopReason::Retry(e))) if s.as_str() == sequence(2) && e == "busy"));
+    assert!(
+        matches!(&shard.stopped, Some((s, StopReason::Retry(e))) if s.as_str() == sequence(2) && e == "busy")
+    );
     assert_eq!(reported(&report.response()), vec![sequence(2)]);
 }
 
@@ -157,7 +183,10 @@ async fn a_rejected_record_without_a_dead_letter_sink_is_reported_never_dropped(
     let event = batch(STREAM, SHARD, 0..3);
 
     for request in ["r1", "r2"] {
-        let response = processor.process(event.clone(), &context(request, 60_000)).await.unwrap();
+        let response = processor
+            .process(event.clone(), &context(request, 60_000))
+            .await
+            .unwrap();
         assert_eq!(reported(&response), vec![sequence(1)]);
     }
     assert_eq!(checkpoint_of(&store).await, Some(sequence(0)));
@@ -167,7 +196,12 @@ async fn a_rejected_record_without_a_dead_letter_sink_is_reported_never_dropped(
 #[tokio::test]
 async fn a_lease_held_by_a_live_owner_processes_nothing_and_reports_the_first_record() {
     let store = Arc::new(MemoryLeaseStore::new());
-    assert!(store.acquire(&key(), "ledger:other-request", Duration::from_secs(60)).await.unwrap());
+    assert!(
+        store
+            .acquire(&key(), "ledger:other-request", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
@@ -181,21 +215,35 @@ async fn a_lease_held_by_a_live_owner_processes_nothing_and_reports_the_first_re
         report.shards[0].stopped,
         Some((
             sequence(5).parse().unwrap(),
-            StopReason::LeaseHeld { owner: Some("ledger:other-request".into()) }
+            StopReason::LeaseHeld {
+                owner: Some("ledger:other-request".into())
+            }
         ))
     );
     let row = store.read(&key()).await.unwrap();
-    assert_eq!(row.lease_owner.as_deref(), Some("ledger:other-request"), "the holder keeps it");
+    assert_eq!(
+        row.lease_owner.as_deref(),
+        Some("ledger:other-request"),
+        "the holder keeps it"
+    );
 }
 
 #[tokio::test]
 async fn an_expired_lease_of_a_dead_invocation_is_taken_over() {
     let store = Arc::new(MemoryLeaseStore::new());
-    assert!(store.acquire(&key(), "ledger:died", Duration::ZERO).await.unwrap());
+    assert!(
+        store
+            .acquire(&key(), "ledger:died", Duration::ZERO)
+            .await
+            .unwrap()
+    );
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
-    let response = processor.process(batch(STREAM, SHARD, 0..3), &context("r1", 60_000)).await.unwrap();
+    let response = processor
+        .process(batch(STREAM, SHARD, 0..3), &context("r1", 60_000))
+        .await
+        .unwrap();
 
     assert!(reported(&response).is_empty());
     assert_eq!(seen.all(), vec![0, 1, 2]);
@@ -209,7 +257,10 @@ async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
     // An earlier invocation got through record 1.
-    processor.process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000)).await.unwrap();
+    processor
+        .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
+        .await
+        .unwrap();
     store.steal_before_checkpoint.store(true, Ordering::SeqCst);
     let report = processor
         .process_batch(batch(STREAM, SHARD, 0..6), &context("r1", 60_000))
@@ -217,10 +268,20 @@ async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
         .unwrap();
 
     let shard = &report.shards[0];
-    assert_eq!(shard.stopped, Some((sequence(2).parse().unwrap(), StopReason::CheckpointFenced)));
+    assert_eq!(
+        shard.stopped,
+        Some((sequence(2).parse().unwrap(), StopReason::CheckpointFenced))
+    );
     assert_eq!(shard.checkpoint, None);
-    assert_eq!(checkpoint_of(&memory).await, Some(sequence(1)), "the thief's row is untouched");
-    assert_eq!(memory.read(&key()).await.unwrap().lease_owner.as_deref(), Some("thief"));
+    assert_eq!(
+        checkpoint_of(&memory).await,
+        Some(sequence(1)),
+        "the thief's row is untouched"
+    );
+    assert_eq!(
+        memory.read(&key()).await.unwrap().lease_owner.as_deref(),
+        Some("thief")
+    );
 }
 
 #[tokio::test]
@@ -248,9 +309,15 @@ async fn a_lease_lost_during_a_long_batch_stops_dispatch_and_checkpoints_nothing
 
     let shard = &report.shards[0];
     let processed = seen.all();
-    assert!(processed.len() < 50, "dispatch stopped once the lease was lost");
+    assert!(
+        processed.len() < 50,
+        "dispatch stopped once the lease was lost"
+    );
     // Nothing could be checkpointed: the first record processed here is reported.
-    assert_eq!(shard.stopped.as_ref().map(|(s, _)| s.to_string()), Some(sequence(0)));
+    assert_eq!(
+        shard.stopped.as_ref().map(|(s, _)| s.to_string()),
+        Some(sequence(0))
+    );
     assert_eq!(checkpoint_of(&memory).await, None);
 }
 
@@ -275,7 +342,11 @@ async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
     .lease_ttl(Duration::from_millis(150));
     let first = tokio::spawn({
         let processor = processor.clone();
-        async move { processor.process(batch(STREAM, SHARD, 0..60), &context("long", 60_000)).await }
+        async move {
+            processor
+                .process(batch(STREAM, SHARD, 0..60), &context("long", 60_000))
+                .await
+        }
     });
     started_rx.await.unwrap();
     // Several lease lifetimes later, the first invocation is still at work.
@@ -286,7 +357,10 @@ async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
         .await
         .unwrap();
 
-    assert!(matches!(concurrent.shards[0].stopped, Some((_, StopReason::LeaseHeld { .. }))));
+    assert!(matches!(
+        concurrent.shards[0].stopped,
+        Some((_, StopReason::LeaseHeld { .. }))
+    ));
     assert!(second.all().is_empty());
     let response = first.await.unwrap().unwrap();
     assert!(reported(&response).is_empty());
@@ -297,8 +371,8 @@ async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
 async fn no_record_starts_inside_the_deadline_margin() {
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();
-    let processor =
-        Processor::new(store.clone(), seen.handler(|_| None)).deadline_margin(Duration::from_secs(5));
+    let processor = Processor::new(store.clone(), seen.handler(|_| None))
+        .deadline_margin(Duration::from_secs(5));
 
     let report = processor
         .process_batch(batch(STREAM, SHARD, 0..3), &context("r1", 2_000))
@@ -306,7 +380,10 @@ async fn no_record_starts_inside_the_deadline_margin() {
         .unwrap();
 
     assert!(seen.all().is_empty());
-    assert_eq!(report.shards[0].stopped, Some((sequence(0).parse().unwrap(), StopReason::Deadline)));
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(0).parse().unwrap(), StopReason::Deadline))
+    );
 }
 
 #[tokio::test]
@@ -314,7 +391,7 @@ async fn a_handler_running_into_the_deadline_is_stopped_and_its_record_reported(
     let store = Arc::new(MemoryLeaseStore::new());
     let processor = Processor::new(store.clone(), |record: Record| async move {
         if n_of(&record) == 1 {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            tokio::time::sleep(Duration::from_hours(1)).await;
         }
         Outcome::ack()
     })
@@ -325,8 +402,15 @@ async fn a_handler_running_into_the_deadline_is_stopped_and_its_record_reported(
         .await
         .unwrap();
 
-    assert_eq!(report.shards[0].stopped, Some((sequence(1).parse().unwrap(), StopReason::HandlerTimedOut)));
-    assert_eq!(checkpoint_of(&store).await, Some(sequence(0)), "the work before it is kept");
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::HandlerTimedOut))
+    );
+    assert_eq!(
+        checkpoint_of(&store).await,
+        Some(sequence(0)),
+        "the work before it is kept"
+    );
 }
 
 #[tokio::test]
@@ -377,21 +461,27 @@ async fn a_malformed_record_stops_its_shard_where_it_stands_and_is_reported() {
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
     let mut broken = lambda_record(STREAM, SHARD, 2, "k", &json!({ "n": 2 }));
     broken["eventID"] = json!("not-an-event-id");
-    let event = event(vec![
+    let event = event(&[
         lambda_record(STREAM, SHARD, 0, "k", &json!({ "n": 0 })),
         lambda_record(STREAM, SHARD, 1, "k", &json!({ "n": 1 })),
         broken,
         lambda_record(STREAM, SHARD, 3, "k", &json!({ "n": 3 })),
     ]);
 
-    let report = processor.process_batch(event, &context("r1", 60_000)).await.unwrap();
+    let report = processor
+        .process_batch(event, &context("r1", 60_000))
+        .await
+        .unwrap();
 
     assert_eq!(seen.all(), vec![0, 1]);
     let Some((at, StopReason::Malformed(reason))) = &report.shards[0].stopped else {
         panic!("the malformed record stops the shard: {report:?}");
     };
     assert_eq!(at.as_str(), sequence(2));
-    assert!(reason.contains("eventID") && reason.contains(&sequence(2)), "{reason}");
+    assert!(
+        reason.contains("eventID") && reason.contains(&sequence(2)),
+        "{reason}"
+    );
     assert_eq!(reported(&report.response()), vec![sequence(2)]);
     assert_eq!(checkpoint_of(&store).await, Some(sequence(1)));
 }
@@ -403,18 +493,28 @@ async fn a_record_without_a_sequence_number_fails_the_batch_after_checkpointing_
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
     let mut broken = lambda_record(STREAM, SHARD, 1, "k", &json!({ "n": 1 }));
     broken["kinesis"]["sequenceNumber"] = json!("");
-    let event = event(vec![
+    let event = event(&[
         lambda_record(STREAM, SHARD, 0, "k", &json!({ "n": 0 })),
         broken,
         lambda_record(STREAM, SHARD, 2, "k", &json!({ "n": 2 })),
     ]);
 
-    let error = processor.process(event, &context("r1", 60_000)).await.unwrap_err();
+    let error = processor
+        .process(event, &context("r1", 60_000))
+        .await
+        .unwrap_err();
 
     assert!(matches!(error, ProcessError::Unreportable(_)));
     let message = error.to_string();
-    assert!(message.contains("shard shardId-000000000000") && message.contains("empty"), "{message}");
-    assert_eq!(seen.all(), vec![0], "nothing after the unreadable record runs");
+    assert!(
+        message.contains("shard shardId-000000000000") && message.contains("empty"),
+        "{message}"
+    );
+    assert_eq!(
+        seen.all(),
+        vec![0],
+        "nothing after the unreadable record runs"
+    );
     assert_eq!(checkpoint_of(&store).await, Some(sequence(0)));
 }
 
@@ -422,17 +522,27 @@ async fn a_record_without_a_sequence_number_fails_the_batch_after_checkpointing_
 async fn one_shard_id_on_two_streams_keeps_two_checkpoints_and_two_reports() {
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();
-    let processor = Processor::new(store.clone(), seen.handler(|n| (n == 11).then(|| Outcome::retry("no"))));
-    let event = event(vec![
+    let processor = Processor::new(
+        store.clone(),
+        seen.handler(|n| (n == 11).then(|| Outcome::retry("no"))),
+    );
+    let event = event(&[
         lambda_record("orders", SHARD, 10, "k", &json!({ "n": 10 })),
         lambda_record("refunds", SHARD, 10, "k", &json!({ "n": 110 })),
         lambda_record("orders", SHARD, 11, "k", &json!({ "n": 11 })),
         lambda_record("refunds", SHARD, 11, "k", &json!({ "n": 111 })),
     ]);
 
-    let response = processor.process(event, &context("r1", 60_000)).await.unwrap();
+    let response = processor
+        .process(event, &context("r1", 60_000))
+        .await
+        .unwrap();
 
-    assert_eq!(reported(&response), vec![sequence(11)], "orders stopped at 11; refunds did not");
+    assert_eq!(
+        reported(&response),
+        vec![sequence(11)],
+        "orders stopped at 11; refunds did not"
+    );
     assert_eq!(seen.all(), vec![10, 110, 111]);
     let orders = store.read(&LeaseKey::new("orders", SHARD)).await.unwrap();
     let refunds = store.read(&LeaseKey::new("refunds", SHARD)).await.unwrap();
@@ -445,11 +555,18 @@ async fn the_sample_events_answer_in_lambdas_wire_format() {
     let store = Arc::new(MemoryLeaseStore::new());
     let processor = Processor::new(store, |record: Record| async move {
         let order: serde_json::Value = record.json().unwrap();
-        if order.get("fail").is_some() { Outcome::retry("asked to fail") } else { Outcome::ack() }
+        if order.get("fail").is_some() {
+            Outcome::retry("asked to fail")
+        } else {
+            Outcome::ack()
+        }
     });
     let transient = serde_json::from_str(include_str!("../events/transient.json")).unwrap();
 
-    let response = processor.process(transient, &context("r1", 60_000)).await.unwrap();
+    let response = processor
+        .process(transient, &context("r1", 60_000))
+        .await
+        .unwrap();
 
     let wire = serde_json::to_string(&response).unwrap();
     assert_eq!(

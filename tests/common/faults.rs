@@ -2,11 +2,13 @@
 //! stolen at a chosen moment by another owner (through the real store, so the refusal that
 //! follows is the store's own).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kinesis_checkpoint::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore, Position};
+use kinesis_checkpoint::{
+    BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore, Position,
+};
 
 /// Wraps `inner`; every fault is off until switched on.
 pub struct Faulty<S> {
@@ -32,16 +34,31 @@ impl<S: LeaseStore> Faulty<S> {
     async fn steal(&self, key: &LeaseKey, owner: &str) {
         // The lease lapses (its owner stopped renewing) and another owner takes it.
         self.inner.release(key, owner).await.unwrap();
-        assert!(self.inner.acquire(key, "thief", Duration::from_secs(60)).await.unwrap());
+        assert!(
+            self.inner
+                .acquire(key, "thief", Duration::from_mins(1))
+                .await
+                .unwrap()
+        );
     }
 }
 
 impl<S: LeaseStore> LeaseStore for Faulty<S> {
-    fn acquire<'a>(&'a self, key: &'a LeaseKey, owner: &'a str, ttl: Duration) -> BoxFuture<'a, Result<bool, LeaseError>> {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         self.inner.acquire(key, owner, ttl)
     }
 
-    fn renew<'a>(&'a self, key: &'a LeaseKey, owner: &'a str, ttl: Duration) -> BoxFuture<'a, Result<bool, LeaseError>> {
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
             if self.steal_on_renew.swap(false, Ordering::SeqCst) {
                 self.steal(key, owner).await;
@@ -50,7 +67,12 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         })
     }
 
-    fn checkpoint<'a>(&'a self, key: &'a LeaseKey, owner: &'a str, sequence: &'a str) -> BoxFuture<'a, Result<bool, LeaseError>> {
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         self.inner.checkpoint(key, owner, sequence)
     }
 
@@ -58,11 +80,20 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         self.inner.read(key)
     }
 
-    fn release<'a>(&'a self, key: &'a LeaseKey, owner: &'a str) -> BoxFuture<'a, Result<(), LeaseError>> {
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.inner.release(key, owner)
     }
 
-    fn acquire_and_read<'a>(&'a self, key: &'a LeaseKey, owner: &'a str, ttl: Duration) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             if self.claim_fails.load(Ordering::SeqCst) {
                 return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into());
@@ -81,7 +112,9 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
             if self.steal_before_checkpoint.swap(false, Ordering::SeqCst) {
                 self.steal(key, owner).await;
             }
-            self.inner.checkpoint_and_release(key, owner, position).await
+            self.inner
+                .checkpoint_and_release(key, owner, position)
+                .await
         })
     }
 }

@@ -11,7 +11,7 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> std::io::Result<(u16, Ve
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let mut stream = TcpStream::connect(authority)?;
-    stream.set_read_timeout(Some(Duration::from_secs(600)))?;
+    stream.set_read_timeout(Some(Duration::from_mins(10)))?;
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -31,7 +31,10 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> std::io::Result<(u16, Ve
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
     let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         body = dechunk(&body);
     }
     Ok((status, body))
@@ -43,7 +46,8 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") else {
             return out;
         };
-        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..line_end]).trim(), 16).unwrap_or(0);
+        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..line_end]).trim(), 16)
+            .unwrap_or(0);
         if size == 0 {
             return out;
         }

@@ -16,7 +16,13 @@ pub fn sequence(n: u64) -> String {
 }
 
 /// One record as Lambda writes it into the event.
-pub fn lambda_record(stream: &str, shard: &str, n: u64, partition_key: &str, data: &Value) -> Value {
+pub fn lambda_record(
+    stream: &str,
+    shard: &str,
+    n: u64,
+    partition_key: &str,
+    data: &Value,
+) -> Value {
     let sequence = sequence(n);
     let payload = base64::engine::general_purpose::STANDARD.encode(data.to_string());
     json!({
@@ -39,15 +45,22 @@ pub fn lambda_record(stream: &str, shard: &str, n: u64, partition_key: &str, dat
 
 /// An event of records `range` of one shard, each payload `{"n": n}`.
 pub fn batch(stream: &str, shard: &str, range: std::ops::Range<u64>) -> KinesisEvent {
-    event(
-        range
-            .map(|n| lambda_record(stream, shard, n, &format!("key-{}", n % 7), &json!({ "n": n })))
-            .collect(),
-    )
+    let records: Vec<Value> = range
+        .map(|n| {
+            lambda_record(
+                stream,
+                shard,
+                n,
+                &format!("key-{}", n % 7),
+                &json!({ "n": n }),
+            )
+        })
+        .collect();
+    event(&records)
 }
 
 /// An event of the given records.
-pub fn event(records: Vec<Value>) -> KinesisEvent {
+pub fn event(records: &[Value]) -> KinesisEvent {
     serde_json::from_value(json!({ "Records": records })).expect("a Lambda-shaped event")
 }
 
@@ -66,13 +79,15 @@ pub fn redeliver_from(event: &KinesisEvent, from: &str) -> KinesisEvent {
 
 /// The `n` of a record made by [`batch`].
 pub fn n_of(record: &kinesis_checkpoint::Record) -> u64 {
-    record.json::<Value>().expect("json")["n"].as_u64().expect("n")
+    record.json::<Value>().expect("json")["n"]
+        .as_u64()
+        .expect("n")
 }
 
 /// A Lambda context with a request id and `millis` left before the deadline.
 pub fn context(request_id: &str, millis: u64) -> lambda_runtime::Context {
     let mut context = lambda_runtime::Context::default();
-    context.request_id = request_id.to_owned();
+    request_id.clone_into(&mut context.request_id);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -85,11 +100,15 @@ pub fn context(request_id: &str, millis: u64) -> lambda_runtime::Context {
 /// a null or empty identifier.
 pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventResponse) -> Vec<String> {
     let wire = serde_json::to_value(response).expect("serializable");
-    let failures = wire["batchItemFailures"].as_array().expect("batchItemFailures");
+    let failures = wire["batchItemFailures"]
+        .as_array()
+        .expect("batchItemFailures");
     failures
         .iter()
         .map(|failure| {
-            let id = failure["itemIdentifier"].as_str().expect("a string identifier, never null");
+            let id = failure["itemIdentifier"]
+                .as_str()
+                .expect("a string identifier, never null");
             assert!(!id.is_empty(), "an empty identifier fails the whole batch");
             id.to_owned()
         })

@@ -19,7 +19,7 @@ pub struct Moto {
     pub endpoint: String,
     /// The file moto's recorder appends requests to.
     recording: PathBuf,
-    _child: Child,
+    child: Child,
 }
 
 /// The interpreter that has moto: `KC_PYTHON`, else the repository's `.venv`, else `python3`.
@@ -28,7 +28,11 @@ pub fn python() -> PathBuf {
         return python.into();
     }
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    if venv.exists() { venv } else { "python3".into() }
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
 }
 
 impl Moto {
@@ -48,19 +52,26 @@ impl Moto {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start moto with {}: {e}; run `make test`, which installs it", python().display()));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start moto with {}: {e}; run `make test`, which installs it",
+                    python().display()
+                )
+            });
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("moto prints its port");
-        let port: u16 = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("moto did not start (printed {line:?}); is moto[server] installed for {}?", python().display()));
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "moto did not start (printed {line:?}); is moto[server] installed for {}?",
+                python().display()
+            )
+        });
         Self {
             endpoint: format!("http://127.0.0.1:{port}"),
             recording,
-            _child: child,
+            child,
         }
     }
 
@@ -103,14 +114,18 @@ impl Moto {
     fn control(&self, method: &str, path: &str) {
         let (status, body) = http::request(method, &format!("{}{path}", self.endpoint), b"")
             .expect("moto's control API answers");
-        assert!(status < 300, "{path}: {status} {}", String::from_utf8_lossy(&body));
+        assert!(
+            status < 300,
+            "{path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
     }
 }
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self._child.kill();
-        let _ = self._child.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.recording);
     }
 }

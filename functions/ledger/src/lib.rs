@@ -85,7 +85,11 @@ pub struct BookError {
 /// Where the ledger is kept.
 pub trait Book: Send + Sync + 'static {
     /// Adds `order` to its entry, noting `sequence` as the last applied.
-    fn apply<'a>(&'a self, order: &'a Order, sequence: &'a str) -> BoxFuture<'a, Result<(), BookError>>;
+    fn apply<'a>(
+        &'a self,
+        order: &'a Order,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<(), BookError>>;
 
     /// Counts one more attempt at the record `sequence` and returns the count.
     fn attempt<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u32, BookError>>;
@@ -160,7 +164,11 @@ fn attempts_key(sequence: &str) -> String {
 }
 
 impl Book for DynamoBook {
-    fn apply<'a>(&'a self, order: &'a Order, sequence: &'a str) -> BoxFuture<'a, Result<(), BookError>> {
+    fn apply<'a>(
+        &'a self,
+        order: &'a Order,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<(), BookError>> {
         Box::pin(async move {
             self.client
                 .update_item()
@@ -214,12 +222,19 @@ pub struct MemoryBook {
 impl MemoryBook {
     /// Every order's entry.
     pub fn entries(&self) -> HashMap<String, Entry> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
 impl Book for MemoryBook {
-    fn apply<'a>(&'a self, order: &'a Order, sequence: &'a str) -> BoxFuture<'a, Result<(), BookError>> {
+    fn apply<'a>(
+        &'a self,
+        order: &'a Order,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<(), BookError>> {
         Box::pin(async move {
             let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
             let entry = entries.entry(order.order_id.clone()).or_default();
@@ -274,8 +289,14 @@ mod tests {
         let book = Arc::new(MemoryBook::default());
         let handler = handler(book.clone());
         let order = serde_json::json!({"order_id": "B-1", "amount_cents": 5, "fail": "transient", "fail_times": 2});
-        assert!(matches!(handler.handle(record(1, &order)).await, Outcome::Retry(_)));
-        assert!(matches!(handler.handle(record(1, &order)).await, Outcome::Retry(_)));
+        assert!(matches!(
+            handler.handle(record(1, &order)).await,
+            Outcome::Retry(_)
+        ));
+        assert!(matches!(
+            handler.handle(record(1, &order)).await,
+            Outcome::Retry(_)
+        ));
         assert!(handler.handle(record(1, &order)).await.is_ack());
         assert_eq!(book.entries()["B-1"].applied, 1);
     }
@@ -285,11 +306,20 @@ mod tests {
         let book = Arc::new(MemoryBook::default());
         let handler = handler(book.clone());
         let poison = serde_json::json!({"order_id": "C-1", "amount_cents": 5, "fail": "poison"});
-        assert!(matches!(handler.handle(record(1, &poison)).await, Outcome::Reject(_)));
+        assert!(matches!(
+            handler.handle(record(1, &poison)).await,
+            Outcome::Reject(_)
+        ));
         let nameless = serde_json::json!({"order_id": "", "amount_cents": 5});
-        assert!(matches!(handler.handle(record(2, &nameless)).await, Outcome::Reject(_)));
+        assert!(matches!(
+            handler.handle(record(2, &nameless)).await,
+            Outcome::Reject(_)
+        ));
         let not_an_order = serde_json::json!({"hello": "world"});
-        assert!(matches!(handler.handle(record(3, &not_an_order)).await, Outcome::Reject(_)));
+        assert!(matches!(
+            handler.handle(record(3, &not_an_order)).await,
+            Outcome::Reject(_)
+        ));
         assert!(book.entries().is_empty());
     }
 }

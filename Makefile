@@ -1,0 +1,75 @@
+# kinesis-checkpoint: build, run and test the toolkit and its example function.
+#
+#   make demo       the sample events through the processor on the embedded store (no server)
+#   make test       every test, installing the Python tools it needs into .venv
+#   make build      the ledger function for Lambda (arm64, release) with cargo lambda
+#   make deploy     sam build && sam deploy (the stack of template.yaml)
+#   make watch      the function under `cargo lambda watch`, against LOCAL_ENDPOINT
+#   make invoke EVENT=events/batch.json
+#   make validate   template.yaml transformed offline and linted
+#   make lint       rustfmt, clippy and rustdoc, all warnings as errors
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+VENV ?= .venv
+PYTHON ?= python3
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Tools must not look for credentials or telemetry endpoints they cannot reach.
+export SAM_CLI_TELEMETRY := 0
+export AWS_EC2_METADATA_DISABLED := true
+
+# Local runs: `make watch` points the function at a local DynamoDB (moto) by default.
+LOCAL_ENDPOINT ?= http://127.0.0.1:5000
+LEASE_TABLE ?= kinesis-checkpoint-leases
+LEDGER_TABLE ?= kinesis-checkpoint-ledger
+EVENT ?= events/batch.json
+STACK ?= kinesis-checkpoint
+
+.PHONY: all demo test build deploy watch invoke validate lint bench clean venv
+
+all: build
+
+$(VENV)/.installed: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo:
+	cargo run --quiet -p ledger --example demo
+
+test: $(VENV)/.installed
+	cargo test --workspace --all-targets
+	cargo test --workspace --doc
+
+validate: $(VENV)/.installed
+	scripts/validate-template template.yaml
+
+build: $(VENV)/.installed
+	cd functions/ledger && cargo lambda build --release --arm64
+
+# `sam build` runs cargo lambda for the function (BuildMethod: rust-cargolambda). Without SAM,
+# `cargo lambda deploy` uploads the function alone: the stream, tables, queue and mapping must
+# then exist already (see README).
+deploy: $(VENV)/.installed
+	sam build --beta-features
+	sam deploy --stack-name $(STACK) --capabilities CAPABILITY_IAM --resolve-s3
+
+watch: $(VENV)/.installed
+	cd functions/ledger && cargo lambda watch -A 127.0.0.1 \
+	  --env-var LEASE_TABLE=$(LEASE_TABLE) --env-var LEDGER_TABLE=$(LEDGER_TABLE) \
+	  --env-var AWS_ENDPOINT_URL=$(LOCAL_ENDPOINT) --env-var AWS_REGION=us-east-1 \
+	  --env-var AWS_ACCESS_KEY_ID=test --env-var AWS_SECRET_ACCESS_KEY=test
+
+invoke: $(VENV)/.installed
+	cargo lambda invoke --invoke-address 127.0.0.1 ledger --data-file $(EVENT)
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+clean:
+	cargo clean
+	rm -rf $(VENV)
