@@ -77,3 +77,8 @@ pub mod prelude {
     pub use crate::DynamoLeaseStore;
     pub use crate::{Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json};
 }
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
