@@ -18,7 +18,10 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use crate::lease::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore};
+use crate::lease::{
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
+    LeaseStore,
+};
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
 
@@ -30,6 +33,7 @@ const COUNTER: &str = "lease_counter";
 const CHECKPOINT: &str = "checkpoint";
 const CHECKPOINT_SUB: &str = "checkpoint_sub";
 const PARENTS: &str = "parent_shards";
+const FAILING: &str = "failing";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -315,24 +319,120 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .and_then(|v| v.as_ss().ok())
         .cloned()
         .unwrap_or_default();
+    state.failing = item.get(FAILING).and_then(failing_of);
     state
 }
 
-/// The `SET`/`REMOVE` clauses and values that write `position` as the checkpoint.
+/// The clauses of an `UpdateItem` being built: every write bumps the fencing counter.
+#[derive(Default)]
+struct Clauses {
+    set: Vec<&'static str>,
+    remove: Vec<&'static str>,
+}
+
+impl Clauses {
+    fn expression(&self) -> String {
+        let mut expression = String::new();
+        if !self.set.is_empty() {
+            expression.push_str("SET ");
+            expression.push_str(&self.set.join(", "));
+            expression.push(' ');
+        }
+        if !self.remove.is_empty() {
+            expression.push_str("REMOVE ");
+            expression.push_str(&self.remove.join(", "));
+            expression.push(' ');
+        }
+        expression.push_str("ADD lease_counter :one");
+        expression
+    }
+}
+
+/// Adds the clauses and values that write `position` as the checkpoint.
 fn set_position(
     request: UpdateItemFluentBuilder,
+    clauses: &mut Clauses,
     position: &Position,
-) -> (UpdateItemFluentBuilder, &'static str, &'static str) {
+) -> UpdateItemFluentBuilder {
+    clauses.set.push("checkpoint = :seq");
     let request = request
         .expression_attribute_values(":seq", AttributeValue::S(position.checkpoint().to_owned()));
-    match position.sub_sequence() {
-        Some(sub) => (
-            request.expression_attribute_values(":sub", AttributeValue::N(sub.to_string())),
-            "checkpoint = :seq, checkpoint_sub = :sub",
-            "",
-        ),
-        None => (request, "checkpoint = :seq", "checkpoint_sub"),
+    if let Some(sub) = position.sub_sequence() {
+        clauses.set.push("checkpoint_sub = :sub");
+        request.expression_attribute_values(":sub", AttributeValue::N(sub.to_string()))
+    } else {
+        clauses.remove.push(CHECKPOINT_SUB);
+        request
     }
+}
+
+/// Adds the clauses and values that apply `change` to the failing record.
+fn set_failing(
+    request: UpdateItemFluentBuilder,
+    clauses: &mut Clauses,
+    change: &FailingChange,
+) -> UpdateItemFluentBuilder {
+    match change {
+        FailingChange::Keep => request,
+        FailingChange::Clear => {
+            clauses.remove.push(FAILING);
+            request
+        }
+        FailingChange::Set(failing) => {
+            clauses.set.push("failing = :failing");
+            request.expression_attribute_values(":failing", failing_item(failing))
+        }
+    }
+}
+
+/// The `failing` map of a row.
+fn failing_item(failing: &FailingRecord) -> AttributeValue {
+    let mut map = HashMap::from([
+        (
+            "sequence".to_owned(),
+            AttributeValue::S(failing.sequence.clone()),
+        ),
+        (
+            "attempts".to_owned(),
+            AttributeValue::N(failing.attempts.to_string()),
+        ),
+        (
+            "last_error".to_owned(),
+            AttributeValue::S(failing.last_error.clone()),
+        ),
+        (
+            "first_failure".to_owned(),
+            AttributeValue::N(failing.first_failure.to_string()),
+        ),
+        (
+            "last_failure".to_owned(),
+            AttributeValue::N(failing.last_failure.to_string()),
+        ),
+    ]);
+    if let Some(sub) = failing.sub_sequence {
+        map.insert(
+            "sub_sequence".to_owned(),
+            AttributeValue::N(sub.to_string()),
+        );
+    }
+    AttributeValue::M(map)
+}
+
+/// The failing record a row's `failing` map holds, if it is readable.
+fn failing_of(value: &AttributeValue) -> Option<FailingRecord> {
+    let map = value.as_m().ok()?;
+    let string = |name: &str| map.get(name).and_then(|v| v.as_s().ok()).cloned();
+    let number = |name: &str| {
+        map.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let position = Position::from_checkpoint(&string("sequence")?, number("sub_sequence")).ok()?;
+    let mut failing = FailingRecord::first(&position, &string("last_error").unwrap_or_default(), 0);
+    failing.attempts = u32::try_from(number("attempts")?).unwrap_or(u32::MAX);
+    failing.first_failure = number("first_failure").unwrap_or_default();
+    failing.last_failure = number("last_failure").unwrap_or_default();
+    Some(failing)
 }
 
 fn expiry_after(ttl: Duration) -> AttributeValue {
@@ -471,14 +571,9 @@ impl LeaseStore for DynamoLeaseStore {
         position: &'a Position,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let (request, set, remove) = set_position(self.update(&key.to_string()), position);
-            let remove = if remove.is_empty() {
-                String::new()
-            } else {
-                format!(" REMOVE {remove}")
-            };
-            let request = request
-                .update_expression(format!("SET {set}{remove} ADD lease_counter :one"))
+            let mut clauses = Clauses::default();
+            let request = set_position(self.update(&key.to_string()), &mut clauses, position)
+                .update_expression(clauses.expression())
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
             self.conditional("UpdateItem (checkpoint)", key, request)
@@ -492,26 +587,31 @@ impl LeaseStore for DynamoLeaseStore {
         owner: &'a str,
         position: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        let commit = Commit {
+            checkpoint: position.cloned(),
+            failing: FailingChange::Keep,
+        };
+        Box::pin(async move { self.commit(key, owner, &commit).await })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let request = self
-                .update(&key.to_string())
+            let mut clauses = Clauses::default();
+            let mut request = self.update(&key.to_string());
+            if let Some(position) = &commit.checkpoint {
+                request = set_position(request, &mut clauses, position);
+            }
+            request = set_failing(request, &mut clauses, &commit.failing);
+            clauses.remove.extend([OWNER, EXPIRY]);
+            let request = request
+                .update_expression(clauses.expression())
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
-            let request = match position {
-                Some(position) => {
-                    let (request, set, remove) = set_position(request, position);
-                    let remove = if remove.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", {remove}")
-                    };
-                    request.update_expression(format!(
-                        "SET {set} REMOVE lease_owner, lease_expiry{remove} ADD lease_counter :one"
-                    ))
-                }
-                None => request
-                    .update_expression("REMOVE lease_owner, lease_expiry ADD lease_counter :one"),
-            };
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await
         })

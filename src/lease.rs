@@ -128,6 +128,8 @@ pub struct LeaseState {
     pub lease_counter: u64,
     /// The shard's parents, once learnt from the stream's topology.
     pub parent_shards: Vec<String>,
+    /// The record that keeps failing, and how often it has.
+    pub failing: Option<FailingRecord>,
 }
 
 impl LeaseState {
@@ -152,6 +154,143 @@ impl LeaseState {
             .map(|checkpoint| Position::from_checkpoint(checkpoint, self.checkpoint_sub))
             .transpose()
     }
+}
+
+/// A record that failed and will be delivered again, as the shard's row remembers it: the
+/// attempts survive invocations and cold starts, so a record that keeps failing can be moved
+/// to the dead-letter sink after a set number of them.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_checkpoint::{FailingRecord, Position};
+///
+/// let position = Position::record("42".parse()?);
+/// let first = FailingRecord::first(&position, "timeout", 1_700_000_000_000);
+/// let second = first.again(&position, "timeout", 1_700_000_060_000);
+/// assert_eq!(second.attempts, 2);
+/// assert_eq!(second.first_failure, 1_700_000_000_000);
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailingRecord {
+    /// The record's sequence number.
+    pub sequence: String,
+    /// Its sub-sequence inside a KPL aggregate, if any.
+    pub sub_sequence: Option<u64>,
+    /// How many attempts failed.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub last_error: String,
+    /// When the first attempt failed, in epoch milliseconds.
+    pub first_failure: u64,
+    /// When the last attempt failed, in epoch milliseconds.
+    pub last_failure: u64,
+}
+
+/// The longest error a row keeps: a `DynamoDB` item is limited to 400 KB, and the first lines of
+/// an error say what it is.
+pub const MAX_ERROR_CHARS: usize = 1_000;
+
+impl FailingRecord {
+    /// The first failure of the record at `position`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// let failing = FailingRecord::first(&Position::sub_record("9".parse()?, 2), "boom", 5);
+    /// assert_eq!((failing.attempts, failing.sub_sequence), (1, Some(2)));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn first(position: &Position, error: &str, now_millis: u64) -> Self {
+        Self {
+            sequence: position.checkpoint().to_owned(),
+            sub_sequence: position.sub_sequence(),
+            attempts: 1,
+            last_error: truncated(error),
+            first_failure: now_millis,
+            last_failure: now_millis,
+        }
+    }
+
+    /// Whether this is the record at `position`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// let position = Position::record("9".parse()?);
+    /// assert!(FailingRecord::first(&position, "boom", 5).is(&position));
+    /// assert!(!FailingRecord::first(&position, "boom", 5).is(&Position::record("10".parse()?)));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn is(&self, position: &Position) -> bool {
+        self.sequence == position.checkpoint() && self.sub_sequence == position.sub_sequence()
+    }
+
+    /// One more failure of the record at `position`: counted on when it is this record, the
+    /// first failure of a new one otherwise.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// let nine = Position::record("9".parse()?);
+    /// let ten = Position::record("10".parse()?);
+    /// let failing = FailingRecord::first(&nine, "boom", 5);
+    /// assert_eq!(failing.again(&nine, "boom", 6).attempts, 2);
+    /// assert_eq!(failing.again(&ten, "boom", 6).attempts, 1);
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn again(&self, position: &Position, error: &str, now_millis: u64) -> Self {
+        if !self.is(position) {
+            return Self::first(position, error, now_millis);
+        }
+        Self {
+            attempts: self.attempts.saturating_add(1),
+            last_error: truncated(error),
+            last_failure: now_millis,
+            ..self.clone()
+        }
+    }
+}
+
+fn truncated(error: &str) -> String {
+    match error.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((end, _)) => format!("{}…", &error[..end]),
+        None => error.to_owned(),
+    }
+}
+
+/// What the last write of an invocation does to the row's [`FailingRecord`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FailingChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Remember this failure.
+    Set(FailingRecord),
+    /// Forget it: the record succeeded or was dead-lettered.
+    Clear,
+}
+
+/// The last write of an invocation: progress to record, and the failing record to remember.
+///
+/// ```
+/// use kinesis_checkpoint::{Commit, FailingChange, Position};
+///
+/// let commit = Commit {
+///     checkpoint: Some(Position::record("42".parse()?)),
+///     failing: FailingChange::Clear,
+/// };
+/// assert!(commit.checkpoint.is_some());
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// The new checkpoint, when it moved.
+    pub checkpoint: Option<Position>,
+    /// The change to the failing record.
+    pub failing: FailingChange,
 }
 
 /// What [`LeaseStore::acquire_and_read`] found.
@@ -299,5 +438,22 @@ pub trait LeaseStore: Send + Sync + 'static {
             self.release(key, owner).await?;
             Ok(true)
         })
+    }
+
+    /// Writes `commit` and releases the lease, in one conditional write where the store can:
+    /// the last step of every invocation. Returns `false` when fenced, in which case nothing
+    /// was written.
+    ///
+    /// The default calls [`checkpoint_and_release`](Self::checkpoint_and_release) and keeps no
+    /// failing record, so attempts are counted within one invocation only and a record is
+    /// dead-lettered after `max_attempts` only when it is rejected. Stores that keep `failing`
+    /// override this.
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.checkpoint_and_release(key, owner, commit.checkpoint.as_ref())
     }
 }

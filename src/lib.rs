@@ -23,6 +23,7 @@
 //! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
 //! | [`memory`] | [`MemoryLeaseStore`], the embedded store |
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
+//! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //!
 //! # Example
@@ -45,6 +46,7 @@
 //! }
 //! ```
 
+pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 pub mod handler;
@@ -54,10 +56,18 @@ pub mod processor;
 pub mod record;
 pub mod sequence;
 
+pub use dead_letter::{
+    DeadLetter, DeadLetterError, DeadLetterReason, DeadLetterSink, MemoryDeadLetters,
+};
+#[cfg(feature = "sqs")]
+pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
-pub use lease::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
+pub use lease::{
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
+    LeaseStore, SHARD_END,
+};
 pub use memory::MemoryLeaseStore;
 pub use processor::{
     BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
@@ -75,6 +85,8 @@ pub use sequence::{Position, SequenceError, SequenceNumber};
 pub mod prelude {
     #[cfg(feature = "dynamodb")]
     pub use crate::DynamoLeaseStore;
+    #[cfg(feature = "sqs")]
+    pub use crate::SqsDeadLetters;
     pub use crate::{Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json};
 }
 

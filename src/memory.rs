@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::lease::{BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore};
+use crate::lease::{
+    BoxFuture, Claim, Commit, FailingChange, LeaseError, LeaseKey, LeaseState, LeaseStore,
+};
 use crate::sequence::Position;
 
 /// In-process lease coordination, correct within one process.
@@ -234,12 +236,30 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         position: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        let commit = Commit {
+            checkpoint: position.cloned(),
+            failing: FailingChange::Keep,
+        };
+        Box::pin(async move { self.commit(key, owner, &commit).await })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
                 let ours = Self::owned_by(row, owner);
                 if ours {
-                    if let Some(position) = position {
+                    if let Some(position) = &commit.checkpoint {
                         Self::write_position(row, position);
+                    }
+                    match &commit.failing {
+                        FailingChange::Keep => {}
+                        FailingChange::Set(failing) => row.failing = Some(failing.clone()),
+                        FailingChange::Clear => row.failing = None,
                     }
                     Self::free(row);
                 }

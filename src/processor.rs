@@ -27,8 +27,9 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
 use tracing::Instrument;
 
+use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetterSink};
 use crate::handler::{Handler, Outcome};
-use crate::lease::{BoxFuture, Claim, LeaseKey, LeaseStore};
+use crate::lease::{BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseStore};
 use crate::memory::{millis, now_millis};
 use crate::record::{MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
@@ -36,6 +37,9 @@ use crate::sequence::{Position, SequenceNumber};
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
 /// invocation that dies holds its shard for seconds; renewed while a long batch runs.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How many attempts a failing record gets before it is dead-lettered, when a sink is set.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 /// How long before the deadline dispatching stops, leaving time for the checkpoint write.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
@@ -68,6 +72,8 @@ pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 pub struct Processor<H> {
     store: Arc<dyn LeaseStore>,
     handler: Arc<H>,
+    dead_letters: Option<Arc<dyn DeadLetterSink>>,
+    max_attempts: u32,
     lease_ttl: Duration,
     deadline_margin: Duration,
 }
@@ -77,6 +83,8 @@ impl<H> Clone for Processor<H> {
         Self {
             store: Arc::clone(&self.store),
             handler: Arc::clone(&self.handler),
+            dead_letters: self.dead_letters.clone(),
+            max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
             deadline_margin: self.deadline_margin,
         }
@@ -86,6 +94,8 @@ impl<H> Clone for Processor<H> {
 impl<H> fmt::Debug for Processor<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Processor")
+            .field("dead_letters", &self.dead_letters.is_some())
+            .field("max_attempts", &self.max_attempts)
             .field("lease_ttl", &self.lease_ttl)
             .field("deadline_margin", &self.deadline_margin)
             .finish_non_exhaustive()
@@ -124,6 +134,8 @@ pub enum Disposition {
     Reported,
     /// After the reported record: not run, delivered again with it.
     NotAttempted,
+    /// The record can never succeed and is in the dead-letter sink: done.
+    DeadLettered,
     /// The handler ran, but the checkpoint could not be written (the lease was lost or the
     /// store failed): Lambda delivers it again and it runs again.
     Uncheckpointed,
@@ -137,6 +149,7 @@ impl fmt::Display for Disposition {
             Self::Reported => "reported",
             Self::NotAttempted => "not attempted",
             Self::Uncheckpointed => "processed, not checkpointed",
+            Self::DeadLettered => "dead-lettered",
         })
     }
 }
@@ -172,6 +185,8 @@ pub enum StopReason {
     CheckpointFailed(String),
     /// A record of the batch cannot be understood.
     Malformed(String),
+    /// The record was to be dead-lettered, but the sink failed: it is retried.
+    DeadLetterFailed(String),
 }
 
 impl StopReason {
@@ -212,6 +227,7 @@ impl fmt::Display for StopReason {
             }
             Self::CheckpointFailed(error) => write!(f, "the checkpoint write failed: {error}"),
             Self::Malformed(error) => write!(f, "{error}"),
+            Self::DeadLetterFailed(error) => write!(f, "the dead-letter sink failed: {error}"),
         }
     }
 }
@@ -309,9 +325,45 @@ impl<H: Handler> Processor<H> {
         Self {
             store,
             handler: Arc::new(handler),
+            dead_letters: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
         }
+    }
+
+    /// Moves records that can never succeed to `sink`: at once when the handler rejects one, and
+    /// after [`max_attempts`](Self::max_attempts) failures (retries, panics, time-outs) of the
+    /// same record, counted across invocations in the shard's row. The checkpoint moves past a
+    /// record only once the sink has taken it. Without a sink, every failed record is reported
+    /// and retried, never dropped.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .dead_letters(Arc::new(MemoryDeadLetters::new()));
+    /// ```
+    #[must_use]
+    pub fn dead_letters(mut self, sink: Arc<dyn DeadLetterSink>) -> Self {
+        self.dead_letters = Some(sink);
+        self
+    }
+
+    /// How many failed attempts a record gets before it is dead-lettered (at least 1; default
+    /// 3). Only with a [`dead_letters`](Self::dead_letters) sink.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .dead_letters(Arc::new(MemoryDeadLetters::new()))
+    ///     .max_attempts(5);
+    /// ```
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
     }
 
     /// How long each lease is taken or renewed for (capped by the time left before the
@@ -524,7 +576,7 @@ impl<H: Handler> Processor<H> {
         let lease = LeaseWatch::new(ttl);
         let dispatched = tokio::select! {
             biased;
-            dispatched = self.dispatch(pending, invocation, &lease) => dispatched,
+            dispatched = self.dispatch(pending, invocation, &lease, state.failing) => dispatched,
             () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
         };
 
@@ -560,7 +612,8 @@ impl<H: Handler> Processor<H> {
         report
     }
 
-    /// Writes `progress` and releases the lease. When the write is refused or fails, the
+    /// Writes `progress` and what to remember of the failing record, and releases the lease, in
+    /// one write. When the write is refused or fails, the
     /// records processed here are not recorded: they are marked so and the first of them is
     /// reported, since Lambda must deliver them again.
     async fn commit(
@@ -573,13 +626,14 @@ impl<H: Handler> Processor<H> {
         let Dispatched {
             mut dispositions,
             stopped,
+            failing,
             ..
         } = dispatched;
-        let reason = match self
-            .store
-            .checkpoint_and_release(key, owner, progress)
-            .await
-        {
+        let commit = Commit {
+            checkpoint: progress.cloned(),
+            failing,
+        };
+        let reason = match self.store.commit(key, owner, &commit).await {
             Ok(true) => return (dispositions, stopped),
             Ok(false) => StopReason::CheckpointFenced,
             Err(error) => StopReason::CheckpointFailed(error.to_string()),
@@ -605,19 +659,25 @@ impl<H: Handler> Processor<H> {
         (dispositions, first.map(|index| (index, reason)).or(stopped))
     }
 
-    /// Runs the handler over `pending` in order until a record is not done.
+    /// Runs the handler over `pending` in order until a record is not done, dead-lettering the
+    /// records that can never be.
     async fn dispatch(
         &self,
         pending: &[Entry],
         invocation: &Invocation,
         lease: &LeaseWatch,
+        failing: Option<FailingRecord>,
     ) -> Dispatched {
+        let mut failing = Failing {
+            known: failing,
+            change: FailingChange::Keep,
+        };
         let mut dispositions = vec![Disposition::NotAttempted; pending.len()];
         let mut done_through = None;
         for (index, entry) in pending.iter().enumerate() {
-            match self.attempt(entry, invocation, lease).await {
-                Ok(()) => {
-                    dispositions[index] = Disposition::Processed;
+            match self.attempt(entry, invocation, lease, &mut failing).await {
+                Ok(disposition) => {
+                    dispositions[index] = disposition;
                     done_through = Some(entry.position());
                 }
                 Err(reason) => {
@@ -627,6 +687,7 @@ impl<H: Handler> Processor<H> {
                         dispositions,
                         done_through,
                         stopped: Some((index, reason)),
+                        failing: failing.change,
                     };
                 }
             }
@@ -635,16 +696,19 @@ impl<H: Handler> Processor<H> {
             dispositions,
             done_through,
             stopped: None,
+            failing: failing.change,
         }
     }
 
-    /// Runs one record, unless something says the shard must stop before it.
+    /// Runs one record, unless something says the shard must stop before it. A record that
+    /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
     async fn attempt(
         &self,
         entry: &Entry,
         invocation: &Invocation,
         lease: &LeaseWatch,
-    ) -> Result<(), StopReason> {
+        failing: &mut Failing,
+    ) -> Result<Disposition, StopReason> {
         let record = match entry {
             Entry::Record(record) => record,
             Entry::Malformed(malformed, _) => {
@@ -665,12 +729,50 @@ impl<H: Handler> Processor<H> {
         if time_left.is_some_and(|left| left.is_zero()) {
             return Err(StopReason::Deadline);
         }
-        match self.call(record.clone(), time_left).await? {
-            Outcome::Ack => Ok(()),
-            Outcome::Retry(error) => Err(StopReason::Retry(error.to_string())),
-            // Dead letters (DESIGN step 6) go here; until a sink takes the record, it is
-            // retried rather than dropped.
-            Outcome::Reject(error) => Err(StopReason::Rejected(error.to_string())),
+        let position = record.position();
+        let (reason, rejected) = match self.call(record.clone(), time_left).await {
+            Ok(Outcome::Ack) => {
+                failing.succeeded(&position);
+                return Ok(Disposition::Processed);
+            }
+            Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
+            Ok(Outcome::Reject(error)) => (StopReason::Rejected(error.to_string()), true),
+            Err(reason) => (reason, false),
+        };
+        let error = reason.to_string();
+        let attempts = failing.failed(&position, &error);
+        let Some(sink) = &self.dead_letters else {
+            return Err(reason);
+        };
+        let dead_reason = if rejected {
+            DeadLetterReason::Rejected
+        } else if attempts >= self.max_attempts {
+            DeadLetterReason::Exhausted
+        } else {
+            return Err(reason);
+        };
+        let letter = DeadLetter::new(record.clone(), attempts, error, dead_reason);
+        match sink.send(&letter).await {
+            Ok(()) => {
+                tracing::warn!(
+                    sequence = %record.sequence(),
+                    attempts,
+                    reason = dead_reason.as_str(),
+                    "dead-lettered the record; moving past it"
+                );
+                failing.succeeded(&position);
+                Ok(Disposition::DeadLettered)
+            }
+            Err(sink_error) => {
+                tracing::error!(
+                    stream = record.stream(),
+                    shard = record.shard(),
+                    sequence = %record.sequence(),
+                    error = %sink_error,
+                    "could not dead-letter the record; it is reported and retried"
+                );
+                Err(StopReason::DeadLetterFailed(sink_error.to_string()))
+            }
         }
     }
 
@@ -756,6 +858,37 @@ struct Dispatched {
     done_through: Option<Position>,
     /// The index of the record to report, and why.
     stopped: Option<(usize, StopReason)>,
+    /// What to remember of the record that failed.
+    failing: FailingChange,
+}
+
+/// The failing record as dispatch goes: the one the row remembered, and the change to write.
+struct Failing {
+    known: Option<FailingRecord>,
+    change: FailingChange,
+}
+
+impl Failing {
+    /// Counts a failure of the record at `position`; returns its attempts so far.
+    fn failed(&mut self, position: &Position, error: &str) -> u32 {
+        let now = now_millis();
+        let next = match &self.known {
+            Some(known) => known.again(position, error, now),
+            None => FailingRecord::first(position, error, now),
+        };
+        let attempts = next.attempts;
+        self.known = Some(next.clone());
+        self.change = FailingChange::Set(next);
+        attempts
+    }
+
+    /// The record at `position` is done (processed or dead-lettered): forget it.
+    fn succeeded(&mut self, position: &Position) {
+        if self.known.as_ref().is_some_and(|known| known.is(position)) {
+            self.known = None;
+            self.change = FailingChange::Clear;
+        }
+    }
 }
 
 /// 2001-09-09 in epoch milliseconds: every real deadline is later.

@@ -59,3 +59,56 @@ async fn a_steady_state_batch_costs_two_dynamodb_requests_whatever_its_size() {
     }
     assert_eq!(counts, vec![2, 2, 2]);
 }
+
+#[tokio::test]
+async fn a_poison_record_costs_one_sqs_request_and_no_extra_dynamodb_request() {
+    let moto = Moto::start(true);
+    let config = moto.sdk_config(1).await;
+    let table = unique("cost");
+    create_lease_table(&config, &table).await;
+    let queue = aws_sdk_sqs::Client::new(&config)
+        .create_queue()
+        .queue_name(unique("dead-letters"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let processor = Processor::new(
+        Arc::new(DynamoLeaseStore::new(&config, &table)),
+        |record: Record| async move {
+            if record.sequence().as_str() == common::sequence(50) {
+                Outcome::reject("poison")
+            } else {
+                Outcome::ack()
+            }
+        },
+    )
+    .dead_letters(Arc::new(kinesis_checkpoint::SqsDeadLetters::new(
+        &config, &queue,
+    )));
+    let shard = "shardId-000000000000";
+    processor
+        .process(batch("orders", shard, 0..1), &context("warm", 60_000))
+        .await
+        .unwrap();
+
+    moto.start_recording();
+    let response = processor
+        .process(batch("orders", shard, 1..101), &context("poisoned", 60_000))
+        .await
+        .unwrap();
+    let requests = moto.stop_recording();
+
+    assert!(reported(&response).is_empty());
+    let dynamodb = requests
+        .iter()
+        .filter(|t| t.starts_with("DynamoDB_"))
+        .count();
+    let sqs = requests
+        .iter()
+        .filter(|t| t.starts_with("AmazonSQS."))
+        .count();
+    println!("a batch of 100 with one poison record: {dynamodb} DynamoDB, {sqs} SQS requests");
+    assert_eq!((dynamodb, sqs), (2, 1), "{requests:?}");
+}

@@ -169,6 +169,54 @@ fn n(item: &HashMap<String, AttributeValue>, name: &str) -> i64 {
     item[name].as_n().unwrap().parse().unwrap()
 }
 
+/// Every order of the ledger: its total and how many records were applied.
+async fn ledger_totals(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> HashMap<String, (i64, u64)> {
+    scan(client, table)
+        .await
+        .iter()
+        .filter(|item| !s(item, "order_id").starts_with("_attempts:"))
+        .map(|item| {
+            (
+                s(item, "order_id"),
+                (
+                    n(item, "total_cents"),
+                    n(item, "applied").try_into().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every row of the lease table, by `lease_key`.
+async fn lease_rows(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> HashMap<String, HashMap<String, AttributeValue>> {
+    scan(client, table)
+        .await
+        .into_iter()
+        .map(|row| (s(&row, "lease_key"), row))
+        .collect()
+}
+
+/// The bodies of the messages in the dead-letter queue.
+async fn dead_letters(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<Value> {
+    sqs.receive_message()
+        .queue_url(queue)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .map(|message| serde_json::from_str(message.body.as_deref().unwrap()).unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     let moto = Moto::shared();
@@ -176,12 +224,23 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     let (leases, ledger) = (unique("leases"), unique("ledger"));
     create_lease_table(&config, &leases).await;
     create_table(&config, &ledger, "order_id").await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let queue = sqs
+        .create_queue()
+        .queue_name(unique("dead-letters"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
     let watch = tokio::task::spawn_blocking({
         let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
+        let queue = queue.clone();
         move || {
             Watch::start(&[
                 ("LEASE_TABLE", &leases),
                 ("LEDGER_TABLE", &ledger),
+                ("DEAD_LETTER_QUEUE_URL", &queue),
                 ("AWS_ENDPOINT_URL", &endpoint),
                 ("AWS_REGION", "us-east-1"),
                 ("AWS_ACCESS_KEY_ID", "test"),
@@ -216,56 +275,39 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         Vec::<String>::new()
     );
 
-    // A poison record: without a dead-letter queue it is reported on every delivery, never
-    // dropped, and the records after it wait.
+    // A poison record goes to the dead-letter queue with its payload; the batch goes on.
     let poison = sample("poison.json");
-    let poisoned = failures(&invoke(poison.clone()));
+    assert_eq!(failures(&invoke(poison.clone())), Vec::<String>::new());
+    let dead = dead_letters(&sqs, &queue).await;
+    assert_eq!(dead.len(), 1);
+    let letter = &dead[0];
     assert_eq!(
-        poisoned,
-        vec![poison.records[1].kinesis.sequence_number.clone()]
+        letter["sequence_number"].as_str(),
+        Some(poison.records[1].kinesis.sequence_number.as_str())
     );
-    assert_eq!(
-        failures(&invoke(redeliver_from(&poison, &poisoned[0]))),
-        poisoned
-    );
+    assert_eq!(letter["reason"], "rejected");
 
     // A child shard after a split has a row of its own.
     let child = sample("child-shard.json");
     assert_eq!(failures(&invoke(child.clone())), Vec::<String>::new());
 
     let client = aws_sdk_dynamodb::Client::new(&config);
-    let orders: HashMap<String, (i64, u64)> = scan(&client, &ledger)
-        .await
-        .iter()
-        .filter(|item| !s(item, "order_id").starts_with("_attempts:"))
-        .map(|item| {
-            (
-                s(item, "order_id"),
-                (
-                    n(item, "total_cents"),
-                    n(item, "applied").try_into().unwrap(),
-                ),
-            )
-        })
-        .collect();
-    let applied_so_far = [batch, transient, poison.clone(), child.clone()];
-    let mut want = expected(&applied_so_far);
-    // The records after the poison one have not run yet.
-    for record in &poison.records[2..] {
-        let order: Value = serde_json::from_slice(&record.kinesis.data.0).unwrap();
-        want.remove(order["order_id"].as_str().unwrap());
-    }
-    assert_eq!(orders, want, "every order applied exactly once");
+    let orders = ledger_totals(&client, &ledger).await;
+    let want = expected(&[batch, transient, poison.clone(), child.clone()]);
+    assert_eq!(
+        orders, want,
+        "every order applied exactly once, the poison one never"
+    );
 
-    let rows: HashMap<String, HashMap<String, AttributeValue>> = scan(&client, &leases)
-        .await
-        .into_iter()
-        .map(|row| (s(&row, "lease_key"), row))
-        .collect();
+    let rows = lease_rows(&client, &leases).await;
     let shard0 = &rows["orders:shardId-000000000000"];
     assert_eq!(
         s(shard0, "checkpoint"),
-        poison.records[0].kinesis.sequence_number
+        poison.records[3].kinesis.sequence_number
+    );
+    assert!(
+        !shard0.contains_key("failing"),
+        "the dead letter is forgotten"
     );
     assert!(
         !shard0.contains_key("lease_owner"),

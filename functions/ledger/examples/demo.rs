@@ -1,6 +1,7 @@
 //! The demo: the sample events of `events/` through the ledger's handler and the processor, on
-//! the embedded `MemoryLeaseStore`, delivered as Lambda's event source mapping would (again from
-//! each reported record). Prints what became of every record, then the ledger.
+//! the embedded `MemoryLeaseStore` (and in-memory dead letters), delivered as Lambda's event
+//! source mapping would: again from each reported record. Prints what became of every record,
+//! then the dead letters and the ledger.
 //!
 //! `make demo`, or `cargo run -p ledger --example demo [EVENTS_DIR]`. No server needed.
 
@@ -8,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use kinesis_checkpoint::{BatchReport, Disposition, MemoryLeaseStore, Processor};
+use kinesis_checkpoint::{
+    BatchReport, Disposition, MemoryDeadLetters, MemoryLeaseStore, Processor,
+};
 use ledger::{MemoryBook, Order};
 
 /// The sample events, in the order a mapping would deliver them.
@@ -24,6 +27,15 @@ const EVENTS: [&str; 5] = [
 /// (Lambda itself would go on until the record expires).
 const DELIVERIES: usize = 3;
 
+/// The dispositions the summary counts, in its order.
+const COUNTED: [Disposition; 5] = [
+    Disposition::Processed,
+    Disposition::Duplicate,
+    Disposition::Reported,
+    Disposition::NotAttempted,
+    Disposition::DeadLettered,
+];
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).map_or_else(
@@ -31,12 +43,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         PathBuf::from,
     );
     let book = Arc::new(MemoryBook::default());
+    let dead_letters = Arc::new(MemoryDeadLetters::new());
     let processor = Processor::new(
         Arc::new(MemoryLeaseStore::new()),
         ledger::handler(book.clone()),
-    );
+    )
+    .dead_letters(dead_letters.clone());
     let mut request = 0;
-    let mut totals = [0usize; 4];
+    let mut totals = [0usize; COUNTED.len()];
 
     for name in EVENTS {
         let mut event: KinesisEvent =
@@ -79,10 +93,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    println!(
-        "\nrecords: {} processed, {} skipped as duplicates, {} reported, {} not attempted",
-        totals[0], totals[1], totals[2], totals[3]
-    );
+    let summary: Vec<String> = COUNTED
+        .iter()
+        .zip(totals)
+        .map(|(disposition, count)| format!("{count} {disposition}"))
+        .collect();
+    println!("\nrecords: {}", summary.join(", "));
+    for letter in dead_letters.letters() {
+        println!(
+            "  dead letter {} ({}, {} attempt(s)): {}",
+            short(letter.record.sequence().as_str()),
+            letter.reason.as_str(),
+            letter.attempts,
+            String::from_utf8_lossy(letter.record.data())
+        );
+    }
     println!("\nledger (each order's records applied once):");
     let mut entries: Vec<_> = book.entries().into_iter().collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -98,17 +123,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn print_report(report: &BatchReport, orders: &[String], totals: &mut [usize; 4]) {
+fn print_report(report: &BatchReport, orders: &[String], totals: &mut [usize; COUNTED.len()]) {
     let mut order = orders.iter();
     for shard in &report.shards {
         for record in &shard.records {
-            let slot = match record.disposition {
-                Disposition::Processed => 0,
-                Disposition::Duplicate => 1,
-                Disposition::Reported => 2,
-                _ => 3,
-            };
-            totals[slot] += 1;
+            if let Some(slot) = COUNTED.iter().position(|d| *d == record.disposition) {
+                totals[slot] += 1;
+            }
             let why = match (&record.disposition, &shard.stopped) {
                 (Disposition::Reported, Some((_, reason))) => format!(": {reason}"),
                 _ => String::new(),

@@ -95,6 +95,15 @@ pub trait Book: Send + Sync + 'static {
     fn attempt<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u32, BookError>>;
 }
 
+/// The value of the environment variable `name`, or an error saying what to set.
+///
+/// # Errors
+///
+/// The variable is not set.
+pub fn required(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| format!("set {name} (see functions/ledger/src/main.rs)"))
+}
+
 /// The ledger's record handler over `book`.
 pub fn handler<B: Book>(book: Arc<B>) -> impl Handler {
     json(move |order: Order, record: Record| {

@@ -1,11 +1,13 @@
 //! The ledger Lambda function: order events from Kinesis into a `DynamoDB` table, each record
-//! applied once. Configuration from the environment: `LEASE_TABLE`, `LEDGER_TABLE`, and the
-//! SDK's own variables (`AWS_ENDPOINT_URL` points it at local servers).
+//! applied once. Configuration from the environment: `LEASE_TABLE`, `LEDGER_TABLE`,
+//! `DEAD_LETTER_QUEUE_URL` (optional: without it a poison record is retried, never dropped),
+//! `MAX_ATTEMPTS` (default 3), and the SDK's own variables (`AWS_ENDPOINT_URL` points it at local
+//! servers).
 
 use std::sync::Arc;
 
-use kinesis_checkpoint::{DynamoLeaseStore, Processor};
-use ledger::DynamoBook;
+use kinesis_checkpoint::{DynamoLeaseStore, Processor, SqsDeadLetters};
+use ledger::{DynamoBook, required};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -13,9 +15,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = aws_config::load_from_env().await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
-    lambda_runtime::run(Processor::new(leases, ledger::handler(book)).service()).await
-}
-
-fn required(name: &str) -> Result<String, lambda_runtime::Error> {
-    std::env::var(name).map_err(|_| format!("set {name} to the name of its DynamoDB table").into())
+    let mut processor = Processor::new(leases, ledger::handler(book));
+    if let Ok(queue) = std::env::var("DEAD_LETTER_QUEUE_URL") {
+        processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(&config, queue)));
+    }
+    if let Ok(attempts) = std::env::var("MAX_ATTEMPTS") {
+        processor =
+            processor.max_attempts(attempts.parse().map_err(|_| "MAX_ATTEMPTS is a number")?);
+    }
+    lambda_runtime::run(processor.service()).await
 }
