@@ -8,6 +8,7 @@
 #   make invoke EVENT=events/batch.json
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors
+#   make bench      KPL de-aggregation throughput (criterion)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -36,10 +37,16 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed
 
+# kinesis-local, the Kinesis emulator the gate tests reshard (npm; needs Node.js).
+KINESIS_LOCAL := .tools/node_modules/kinesis-local/main.js
+$(KINESIS_LOCAL):
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools kinesis-local@0.6.2
+
 demo:
 	cargo run --quiet -p ledger --example demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(KINESIS_LOCAL)
 	cargo test --workspace --all-targets
 	cargo test --workspace --doc
 
@@ -70,6 +77,9 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
+bench:
+	cargo bench --bench kpl -- --warm-up-time 1 --measurement-time 3
+
 clean:
 	cargo clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .tools

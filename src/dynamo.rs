@@ -34,6 +34,7 @@ const CHECKPOINT: &str = "checkpoint";
 const CHECKPOINT_SUB: &str = "checkpoint_sub";
 const PARENTS: &str = "parent_shards";
 const FAILING: &str = "failing";
+const EXPIRES_AT: &str = "expires_at";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -320,6 +321,7 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .cloned()
         .unwrap_or_default();
     state.failing = item.get(FAILING).and_then(failing_of);
+    state.expires_at = number(EXPIRES_AT);
     state
 }
 
@@ -589,9 +591,41 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         let commit = Commit {
             checkpoint: position.cloned(),
-            failing: FailingChange::Keep,
+            ..Commit::default()
         };
         Box::pin(async move { self.commit(key, owner, &commit).await })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            let mut clauses = Clauses::default();
+            let request = set_position(
+                self.update(&key.to_string()),
+                &mut clauses,
+                &Position::ShardEnd,
+            );
+            clauses.set.push("expires_at = :expires");
+            let request = request
+                .update_expression(clauses.expression())
+                .expression_attribute_values(":expires", AttributeValue::N(expires_at.to_string()));
+            // Only if nobody moved the checkpoint since the gate read it.
+            let request = match expected {
+                Some(expected) => request
+                    .condition_expression("checkpoint = :expected")
+                    .expression_attribute_values(
+                        ":expected",
+                        AttributeValue::S(expected.to_owned()),
+                    ),
+                None => request.condition_expression("attribute_not_exists(checkpoint)"),
+            };
+            self.conditional("UpdateItem (finish shard)", key, request)
+                .await
+        })
     }
 
     fn commit<'a>(
@@ -607,6 +641,13 @@ impl LeaseStore for DynamoLeaseStore {
                 request = set_position(request, &mut clauses, position);
             }
             request = set_failing(request, &mut clauses, &commit.failing);
+            if !commit.parent_shards.is_empty() {
+                clauses.set.push("parent_shards = :parents");
+                request = request.expression_attribute_values(
+                    ":parents",
+                    AttributeValue::Ss(commit.parent_shards.clone()),
+                );
+            }
             clauses.remove.extend([OWNER, EXPIRY]);
             let request = request
                 .update_expression(clauses.expression())

@@ -130,6 +130,8 @@ pub struct LeaseState {
     pub parent_shards: Vec<String>,
     /// The record that keeps failing, and how often it has.
     pub failing: Option<FailingRecord>,
+    /// When `DynamoDB` may delete the row (epoch seconds), set once the shard is finished.
+    pub expires_at: Option<u64>,
 }
 
 impl LeaseState {
@@ -278,19 +280,21 @@ pub enum FailingChange {
 /// ```
 /// use kinesis_checkpoint::{Commit, FailingChange, Position};
 ///
-/// let commit = Commit {
-///     checkpoint: Some(Position::record("42".parse()?)),
-///     failing: FailingChange::Clear,
-/// };
-/// assert!(commit.checkpoint.is_some());
+/// let mut commit = Commit::default();
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// commit.failing = FailingChange::Clear;
+/// assert!(commit.parent_shards.is_empty());
 /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Commit {
     /// The new checkpoint, when it moved.
     pub checkpoint: Option<Position>,
     /// The change to the failing record.
     pub failing: FailingChange,
+    /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
+    pub parent_shards: Vec<String>,
 }
 
 /// What [`LeaseStore::acquire_and_read`] found.
@@ -455,5 +459,31 @@ pub trait LeaseStore: Send + Sync + 'static {
         commit: &'a Commit,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         self.checkpoint_and_release(key, owner, commit.checkpoint.as_ref())
+    }
+
+    /// Marks a shard finished (`SHARD_END`) that the parent gate proved exhausted, unless its
+    /// checkpoint is no longer `expected` (someone moved it meanwhile); `expires_at` (epoch
+    /// seconds) lets `DynamoDB` delete the row after the stream's retention. Returns whether it
+    /// was written.
+    ///
+    /// The default takes the shard's lease for a moment, checks the checkpoint, writes
+    /// `SHARD_END` and releases; it cannot keep `expires_at`.
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        const GATE: &str = "kinesis-checkpoint:gate";
+        let _ = expires_at;
+        Box::pin(async move {
+            if !self.acquire(key, GATE, Duration::from_secs(10)).await? {
+                return Ok(false);
+            }
+            let unchanged = self.read(key).await?.checkpoint.as_deref() == expected;
+            let written = unchanged && self.checkpoint(key, GATE, SHARD_END).await?;
+            self.release(key, GATE).await?;
+            Ok(written)
+        })
     }
 }

@@ -19,11 +19,13 @@
 //! |---|---|
 //! | [`sequence`] | sequence numbers and the extended order checkpoints compare in |
 //! | [`record`] | the record a handler sees, parsed out of Lambda's event |
+//! | `kpl` | KPL aggregates unpacked into their user records: [`deaggregate`] (feature `kpl`) |
 //! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
 //! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
 //! | [`memory`] | [`MemoryLeaseStore`], the embedded store |
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
+//! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //!
 //! # Example
@@ -49,7 +51,10 @@
 pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+pub mod gate;
 pub mod handler;
+#[cfg(feature = "kpl")]
+pub mod kpl;
 pub mod lease;
 pub mod memory;
 pub mod processor;
@@ -64,6 +69,8 @@ pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
+#[cfg(feature = "kpl")]
+pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
     LeaseStore, SHARD_END,

@@ -238,9 +238,27 @@ impl LeaseStore for MemoryLeaseStore {
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         let commit = Commit {
             checkpoint: position.cloned(),
-            failing: FailingChange::Keep,
+            ..Commit::default()
         };
         Box::pin(async move { self.commit(key, owner, &commit).await })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                let unchanged = row.checkpoint.as_deref() == expected;
+                if unchanged {
+                    Self::write_position(row, &Position::ShardEnd);
+                    row.expires_at = Some(expires_at);
+                }
+                unchanged
+            }))
+        })
     }
 
     fn commit<'a>(
@@ -260,6 +278,9 @@ impl LeaseStore for MemoryLeaseStore {
                         FailingChange::Keep => {}
                         FailingChange::Set(failing) => row.failing = Some(failing.clone()),
                         FailingChange::Clear => row.failing = None,
+                    }
+                    if !commit.parent_shards.is_empty() {
+                        row.parent_shards.clone_from(&commit.parent_shards);
                     }
                     Self::free(row);
                 }

@@ -28,8 +28,11 @@ use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
 use tracing::Instrument;
 
 use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetterSink};
+use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
-use crate::lease::{BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseStore};
+use crate::lease::{
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
+};
 use crate::memory::{millis, now_millis};
 use crate::record::{MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
@@ -73,6 +76,7 @@ pub struct Processor<H> {
     store: Arc<dyn LeaseStore>,
     handler: Arc<H>,
     dead_letters: Option<Arc<dyn DeadLetterSink>>,
+    gate: Option<Arc<Gate>>,
     max_attempts: u32,
     lease_ttl: Duration,
     deadline_margin: Duration,
@@ -84,6 +88,7 @@ impl<H> Clone for Processor<H> {
             store: Arc::clone(&self.store),
             handler: Arc::clone(&self.handler),
             dead_letters: self.dead_letters.clone(),
+            gate: self.gate.clone(),
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
             deadline_margin: self.deadline_margin,
@@ -95,6 +100,7 @@ impl<H> fmt::Debug for Processor<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Processor")
             .field("dead_letters", &self.dead_letters.is_some())
+            .field("gate", &self.gate)
             .field("max_attempts", &self.max_attempts)
             .field("lease_ttl", &self.lease_ttl)
             .field("deadline_margin", &self.deadline_margin)
@@ -185,6 +191,8 @@ pub enum StopReason {
     CheckpointFailed(String),
     /// A record of the batch cannot be understood.
     Malformed(String),
+    /// A child shard waits for its parents.
+    Held(Held),
     /// The record was to be dead-lettered, but the sink failed: it is retried.
     DeadLetterFailed(String),
 }
@@ -227,6 +235,7 @@ impl fmt::Display for StopReason {
             }
             Self::CheckpointFailed(error) => write!(f, "the checkpoint write failed: {error}"),
             Self::Malformed(error) => write!(f, "{error}"),
+            Self::Held(held) => write!(f, "held back until its parents are finished: {held}"),
             Self::DeadLetterFailed(error) => write!(f, "the dead-letter sink failed: {error}"),
         }
     }
@@ -326,6 +335,7 @@ impl<H: Handler> Processor<H> {
             store,
             handler: Arc::new(handler),
             dead_letters: None,
+            gate: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
@@ -347,6 +357,24 @@ impl<H: Handler> Processor<H> {
     #[must_use]
     pub fn dead_letters(mut self, sink: Arc<dyn DeadLetterSink>) -> Self {
         self.dead_letters = Some(sink);
+        self
+    }
+
+    /// Holds a child shard's batches back until its parents are finished (see
+    /// [`Gate`](crate::gate::Gate)). Without a gate, batches of a child run as they come.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// fn processor(topology: Arc<dyn Topology>) -> Processor<impl kinesis_checkpoint::Handler> {
+    ///     Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///         .gate(Gate::new(topology, StartingPosition::TrimHorizon))
+    /// }
+    /// ```
+    #[must_use]
+    pub fn gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(Arc::new(gate));
         self
     }
 
@@ -526,33 +554,10 @@ impl<H: Handler> Processor<H> {
             checkpoint: None,
         };
 
-        // Claim: take the lease and read the checkpoint in one request.
-        let state = match self.store.acquire_and_read(&key, owner, ttl).await {
-            Ok(Claim::Acquired(state)) => state,
-            Ok(Claim::Held(state)) => {
-                let owner = state.lease_owner;
-                tracing::warn!(
-                    holder = owner.as_deref().unwrap_or("unknown"),
-                    "another invocation holds the shard's lease; processing nothing"
-                );
-                return report.stop_all(&entries, StopReason::LeaseHeld { owner });
-            }
-            Err(error) => {
-                tracing::error!(%error, "could not claim the shard's lease; processing nothing");
-                self.release_quietly(&key, owner).await;
-                return report.stop_all(&entries, StopReason::Store(error.to_string()));
-            }
+        let (state, checkpoint, parent_shards) = match self.claim(&key, owner, ttl).await {
+            Ok(claimed) => claimed,
+            Err(reason) => return report.stop_all(&entries, reason),
         };
-        let checkpoint = match state.position() {
-            Ok(checkpoint) => checkpoint,
-            Err(error) => {
-                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
-                self.release_quietly(&key, owner).await;
-                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
-            }
-        };
-
-        // Gate (DESIGN step 3) goes here: a child shard waits for its parents.
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
         let done_before =
@@ -586,7 +591,7 @@ impl<H: Handler> Processor<H> {
             .clone()
             .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
         let (dispositions, stopped) = self
-            .commit(&key, owner, progress.as_ref(), dispatched)
+            .commit(&key, owner, progress.as_ref(), parent_shards, dispatched)
             .await;
         if stopped
             .as_ref()
@@ -612,6 +617,63 @@ impl<H: Handler> Processor<H> {
         report
     }
 
+    /// Claims the shard's lease and reads its row in one request, then passes the gate: a
+    /// child shard waits until its parents are finished. Returns the row, its checkpoint and the
+    /// parents just learnt; or why nothing may run, the lease released.
+    async fn claim(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<(LeaseState, Option<Position>, Vec<String>), StopReason> {
+        let state = match self.store.acquire_and_read(key, owner, ttl).await {
+            Ok(Claim::Acquired(state)) => state,
+            Ok(Claim::Held(state)) => {
+                let owner = state.lease_owner;
+                tracing::warn!(
+                    holder = owner.as_deref().unwrap_or("unknown"),
+                    "another invocation holds the shard's lease; processing nothing"
+                );
+                return Err(StopReason::LeaseHeld { owner });
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not claim the shard's lease; processing nothing");
+                self.release(key, owner, Vec::new()).await;
+                return Err(StopReason::Store(error.to_string()));
+            }
+        };
+        let checkpoint = match state.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+                self.release(key, owner, Vec::new()).await;
+                return Err(StopReason::BadCheckpoint(error.to_string()));
+            }
+        };
+        let Some(gate) = &self.gate else {
+            return Ok((state, checkpoint, Vec::new()));
+        };
+        let verdict = gate.check(self.store.as_ref(), key, &state).await;
+        if let Some(held) = verdict.held {
+            tracing::warn!(%held, "holding the shard back until its parents are finished");
+            self.release(key, owner, verdict.learnt_parents).await;
+            return Err(StopReason::Held(held));
+        }
+        Ok((state, checkpoint, verdict.learnt_parents))
+    }
+
+    /// Releases the lease without progress (keeping the parents just learnt); a failure only
+    /// means the lease lapses by itself.
+    async fn release(&self, key: &LeaseKey, owner: &str, parent_shards: Vec<String>) {
+        let release = Commit {
+            parent_shards,
+            ..Commit::default()
+        };
+        if let Err(error) = self.store.commit(key, owner, &release).await {
+            tracing::warn!(%error, "could not release the lease; it lapses by itself");
+        }
+    }
+
     /// Writes `progress` and what to remember of the failing record, and releases the lease, in
     /// one write. When the write is refused or fails, the
     /// records processed here are not recorded: they are marked so and the first of them is
@@ -621,6 +683,7 @@ impl<H: Handler> Processor<H> {
         key: &LeaseKey,
         owner: &str,
         progress: Option<&Position>,
+        parent_shards: Vec<String>,
         dispatched: Dispatched,
     ) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
         let Dispatched {
@@ -632,6 +695,7 @@ impl<H: Handler> Processor<H> {
         let commit = Commit {
             checkpoint: progress.cloned(),
             failing,
+            parent_shards,
         };
         let reason = match self.store.commit(key, owner, &commit).await {
             Ok(true) => return (dispositions, stopped),
@@ -817,12 +881,6 @@ impl<H: Handler> Processor<H> {
                 }
                 Err(error) => tracing::warn!(%error, "could not renew the lease; retrying"),
             }
-        }
-    }
-
-    async fn release_quietly(&self, key: &LeaseKey, owner: &str) {
-        if let Err(error) = self.store.release(key, owner).await {
-            tracing::warn!(%error, "could not release the lease; it lapses by itself");
         }
     }
 }

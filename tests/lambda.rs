@@ -224,6 +224,10 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     let (leases, ledger) = (unique("leases"), unique("ledger"));
     create_lease_table(&config, &leases).await;
     create_table(&config, &ledger, "order_id").await;
+    // The parent gate reads the topology of the stream `orders` from Kinesis: kinesis-local.
+    let kinesis = common::kinesis::KinesisLocal::start();
+    let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
+    common::kinesis::Stream::with_shards(&kinesis_config, "orders", 2).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let queue = sqs
         .create_queue()
@@ -235,12 +239,14 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         .unwrap();
     let watch = tokio::task::spawn_blocking({
         let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
-        let queue = queue.clone();
+        let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
         move || {
             Watch::start(&[
                 ("LEASE_TABLE", &leases),
                 ("LEDGER_TABLE", &ledger),
                 ("DEAD_LETTER_QUEUE_URL", &queue),
+                ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
+                ("STARTING_POSITION", "TRIM_HORIZON"),
                 ("AWS_ENDPOINT_URL", &endpoint),
                 ("AWS_REGION", "us-east-1"),
                 ("AWS_ACCESS_KEY_ID", "test"),
@@ -287,7 +293,7 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     );
     assert_eq!(letter["reason"], "rejected");
 
-    // A child shard after a split has a row of its own.
+    // Another shard has a row of its own.
     let child = sample("child-shard.json");
     assert_eq!(failures(&invoke(child.clone())), Vec::<String>::new());
 

@@ -11,7 +11,7 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> std::io::Result<(u16, Ve
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let mut stream = TcpStream::connect(authority)?;
-    stream.set_read_timeout(Some(Duration::from_mins(10)))?;
+    stream.set_read_timeout(Some(Duration::from_mins(3)))?;
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -4,6 +4,7 @@
 
 pub mod faults;
 pub mod http;
+pub mod kinesis;
 pub mod moto;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;

@@ -1,11 +1,13 @@
 //! The ledger Lambda function: order events from Kinesis into a `DynamoDB` table, each record
 //! applied once. Configuration from the environment: `LEASE_TABLE`, `LEDGER_TABLE`,
 //! `DEAD_LETTER_QUEUE_URL` (optional: without it a poison record is retried, never dropped),
-//! `MAX_ATTEMPTS` (default 3), and the SDK's own variables (`AWS_ENDPOINT_URL` points it at local
-//! servers).
+//! `MAX_ATTEMPTS` (default 3), `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the
+//! parent gate's rule for parents it never saw), and the SDK's own variables (`AWS_ENDPOINT_URL`
+//! points it at local servers, `AWS_ENDPOINT_URL_KINESIS` at a local Kinesis only).
 
 use std::sync::Arc;
 
+use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition};
 use kinesis_checkpoint::{DynamoLeaseStore, Processor, SqsDeadLetters};
 use ledger::{DynamoBook, required};
 
@@ -15,7 +17,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = aws_config::load_from_env().await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
-    let mut processor = Processor::new(leases, ledger::handler(book));
+    let starting_position: StartingPosition = std::env::var("STARTING_POSITION")
+        .map_or(Ok(StartingPosition::TrimHorizon), |position| {
+            position.parse()
+        })?;
+    let gate = Gate::new(Arc::new(KinesisTopology::new(&config)), starting_position);
+    let mut processor = Processor::new(leases, ledger::handler(book)).gate(gate);
     if let Ok(queue) = std::env::var("DEAD_LETTER_QUEUE_URL") {
         processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(&config, queue)));
     }
