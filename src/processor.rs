@@ -77,6 +77,8 @@ pub struct Processor<H> {
     handler: Arc<H>,
     dead_letters: Option<Arc<dyn DeadLetterSink>>,
     gate: Option<Arc<Gate>>,
+    #[cfg(feature = "kpl")]
+    deaggregate: bool,
     max_attempts: u32,
     lease_ttl: Duration,
     deadline_margin: Duration,
@@ -89,6 +91,8 @@ impl<H> Clone for Processor<H> {
             handler: Arc::clone(&self.handler),
             dead_letters: self.dead_letters.clone(),
             gate: self.gate.clone(),
+            #[cfg(feature = "kpl")]
+            deaggregate: self.deaggregate,
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
             deadline_margin: self.deadline_margin,
@@ -336,6 +340,8 @@ impl<H: Handler> Processor<H> {
             handler: Arc::new(handler),
             dead_letters: None,
             gate: None,
+            #[cfg(feature = "kpl")]
+            deaggregate: true,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
@@ -375,6 +381,24 @@ impl<H: Handler> Processor<H> {
     #[must_use]
     pub fn gate(mut self, gate: Gate) -> Self {
         self.gate = Some(Arc::new(gate));
+        self
+    }
+
+    /// Whether KPL aggregates are unpacked into their user records (on by default). Each
+    /// sub-record reaches the handler on its own, with its sub-sequence number, and the
+    /// checkpoint can stop inside an aggregate (`checkpoint_sub`), so a redelivery skips the
+    /// sub-records already done. Turn it off only for a consumer that wants the raw aggregates.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let raw = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .deaggregate(false);
+    /// ```
+    #[cfg(feature = "kpl")]
+    #[must_use]
+    pub const fn deaggregate(mut self, on: bool) -> Self {
+        self.deaggregate = on;
         self
     }
 
@@ -512,7 +536,14 @@ impl<H: Handler> Processor<H> {
             time_left_ms = invocation.time_left().map(|left| left.as_millis()),
             "batch received"
         );
-        let (groups, orphans, unreportable) = group(parse_event(event));
+        #[cfg_attr(not(feature = "kpl"), allow(unused_mut))]
+        let (mut groups, orphans, unreportable) = group(parse_event(event));
+        #[cfg(feature = "kpl")]
+        if self.deaggregate {
+            for group in &mut groups {
+                group.entries = deaggregate(std::mem::take(&mut group.entries));
+            }
+        }
         let mut report = BatchReport::default();
         for group in groups {
             let span = tracing::info_span!(
@@ -783,6 +814,11 @@ impl<H: Handler> Processor<H> {
                     "an earlier record of the batch cannot be processed".to_owned(),
                 ));
             }
+            #[cfg(feature = "kpl")]
+            Entry::Undecodable(error) => {
+                let reason = StopReason::Rejected(error.to_string());
+                return self.failed(error.record(), reason, true, failing).await;
+            }
         };
         if lease.lost() {
             return Err(StopReason::Fenced);
@@ -793,16 +829,28 @@ impl<H: Handler> Processor<H> {
         if time_left.is_some_and(|left| left.is_zero()) {
             return Err(StopReason::Deadline);
         }
-        let position = record.position();
         let (reason, rejected) = match self.call(record.clone(), time_left).await {
             Ok(Outcome::Ack) => {
-                failing.succeeded(&position);
+                failing.succeeded(&record.position());
                 return Ok(Disposition::Processed);
             }
             Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
             Ok(Outcome::Reject(error)) => (StopReason::Rejected(error.to_string()), true),
             Err(reason) => (reason, false),
         };
+        self.failed(record, reason, rejected, failing).await
+    }
+
+    /// Counts a failure of `record` and dead-letters it when it was `rejected` or is out of
+    /// attempts (and a sink is set); otherwise the shard stops there.
+    async fn failed(
+        &self,
+        record: &Record,
+        reason: StopReason,
+        rejected: bool,
+        failing: &mut Failing,
+    ) -> Result<Disposition, StopReason> {
+        let position = record.position();
         let error = reason.to_string();
         let attempts = failing.failed(&position, &error);
         let Some(sink) = &self.dead_letters else {
@@ -820,6 +868,7 @@ impl<H: Handler> Processor<H> {
             Ok(()) => {
                 tracing::warn!(
                     sequence = %record.sequence(),
+                    sub_sequence = record.sub_sequence(),
                     attempts,
                     reason = dead_reason.as_str(),
                     "dead-lettered the record; moving past it"
@@ -1041,6 +1090,10 @@ enum Entry {
     Record(Record),
     Malformed(MalformedRecord, SequenceNumber),
     AfterMalformed(Record),
+    /// A KPL aggregate whose MD5 matches but whose contents cannot be read: a poison record,
+    /// dead-lettered whole.
+    #[cfg(feature = "kpl")]
+    Undecodable(crate::kpl::KplError),
 }
 
 impl Entry {
@@ -1048,6 +1101,8 @@ impl Entry {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
             Self::Malformed(_, sequence) => sequence,
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => error.record().sequence(),
         }
     }
 
@@ -1055,8 +1110,31 @@ impl Entry {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.position(),
             Self::Malformed(_, sequence) => Position::record(sequence.clone()),
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => error.record().position(),
         }
     }
+}
+
+/// Replaces every KPL aggregate among `entries` by its sub-records, in order; an aggregate that
+/// cannot be read becomes [`Entry::Undecodable`]. Plain records pass through untouched.
+#[cfg(feature = "kpl")]
+fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut expanded = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match entry {
+            Entry::Record(record) if crate::kpl::is_aggregate(record.data()) => {
+                match crate::kpl::deaggregate(record) {
+                    Ok(records) => {
+                        expanded.extend(records.into_records().into_iter().map(Entry::Record));
+                    }
+                    Err(error) => expanded.push(Entry::Undecodable(error)),
+                }
+            }
+            other => expanded.push(other),
+        }
+    }
+    expanded
 }
 
 /// One shard's records in the order of the event.
