@@ -367,7 +367,7 @@ impl<H: Handler> Processor<H> {
     }
 
     /// Holds a child shard's batches back until its parents are finished (see
-    /// [`Gate`](crate::gate::Gate)). Without a gate, batches of a child run as they come.
+    /// [`Gate`]). Without a gate, batches of a child run as they come.
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
