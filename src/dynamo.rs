@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
-    LeaseStore,
+    LeaseStore, checkpoint_and_release_by_commit,
 };
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
@@ -191,6 +191,18 @@ impl DynamoLeaseStore {
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(key.to_owned()))
             .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+    }
+
+    /// The conditional write that takes the lease of `row` for `owner`: free, ours, or expired.
+    fn take(&self, row: &str, owner: &str, ttl: Duration) -> UpdateItemFluentBuilder {
+        self.update(row)
+            .update_expression(
+                "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
+            )
+            .condition_expression(TAKEABLE)
+            .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":expiry", expiry_after(ttl))
+            .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()))
     }
 
     fn failed<E, R>(&self, operation: &'static str, key: &str, error: &SdkError<E, R>) -> LeaseError
@@ -449,15 +461,7 @@ impl LeaseStore for DynamoLeaseStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let request = self
-                .update(&key.to_string())
-                .update_expression(
-                    "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
-                )
-                .condition_expression(TAKEABLE)
-                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-                .expression_attribute_values(":expiry", expiry_after(ttl))
-                .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()));
+            let request = self.take(&key.to_string(), owner, ttl);
             self.conditional("UpdateItem (acquire)", key, request).await
         })
     }
@@ -533,14 +537,7 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(async move {
             let row = key.to_string();
             let outcome = self
-                .update(&row)
-                .update_expression(
-                    "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
-                )
-                .condition_expression(TAKEABLE)
-                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-                .expression_attribute_values(":expiry", expiry_after(ttl))
-                .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()))
+                .take(&row, owner, ttl)
                 .return_values(ReturnValue::AllNew)
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -589,11 +586,7 @@ impl LeaseStore for DynamoLeaseStore {
         owner: &'a str,
         position: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        let commit = Commit {
-            checkpoint: position.cloned(),
-            ..Commit::default()
-        };
-        Box::pin(async move { self.commit(key, owner, &commit).await })
+        checkpoint_and_release_by_commit(self, key, owner, position)
     }
 
     fn finish<'a>(

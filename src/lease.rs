@@ -297,6 +297,21 @@ pub struct Commit {
     pub parent_shards: Vec<String>,
 }
 
+/// [`LeaseStore::checkpoint_and_release`] for a store whose [`commit`](LeaseStore::commit)
+/// writes everything in one request: the same write, keeping the failing record as it is.
+pub(crate) fn checkpoint_and_release_by_commit<'a, S: LeaseStore + ?Sized>(
+    store: &'a S,
+    key: &'a LeaseKey,
+    owner: &'a str,
+    position: Option<&'a Position>,
+) -> BoxFuture<'a, Result<bool, LeaseError>> {
+    let commit = Commit {
+        checkpoint: position.cloned(),
+        ..Commit::default()
+    };
+    Box::pin(async move { store.commit(key, owner, &commit).await })
+}
+
 /// What [`LeaseStore::acquire_and_read`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, LeaseError, LeaseKey, LeaseState, LeaseStore,
+    checkpoint_and_release_by_commit,
 };
 use crate::sequence::Position;
 
@@ -236,11 +237,7 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         position: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        let commit = Commit {
-            checkpoint: position.cloned(),
-            ..Commit::default()
-        };
-        Box::pin(async move { self.commit(key, owner, &commit).await })
+        checkpoint_and_release_by_commit(self, key, owner, position)
     }
 
     fn finish<'a>(

@@ -27,7 +27,7 @@ fn main_js() -> PathBuf {
     if let Some(path) = std::env::var_os("KINESIS_LOCAL_MAIN") {
         return path.into();
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/node_modules/kinesis-local/main.js")
+    super::root().join(".tools/node_modules/kinesis-local/main.js")
 }
 
 fn free_port() -> u16 {
@@ -41,7 +41,7 @@ fn free_port() -> u16 {
 impl KinesisLocal {
     pub fn start() -> Self {
         let main = main_js();
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let root = super::root();
         let (plain, tls) = (free_port(), free_port());
         let mut command = Command::new("node");
         command

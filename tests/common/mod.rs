@@ -7,9 +7,24 @@ pub mod http;
 pub mod kinesis;
 pub mod moto;
 
+use std::path::PathBuf;
+
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
 use serde_json::{Value, json};
+
+/// The repository's root, whichever workspace member's tests include this module.
+pub fn root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("tests/support/moto_server.py").exists() {
+        assert!(
+            dir.pop(),
+            "tests/support not found above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+    }
+    dir
+}
 
 /// A sequence number of Kinesis' shape: 56 digits, counting up from `n`.
 pub fn sequence(n: u64) -> String {

@@ -27,7 +27,7 @@ pub fn python() -> PathBuf {
     if let Some(python) = std::env::var_os("KC_PYTHON") {
         return python.into();
     }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let venv = super::root().join(".venv/bin/python");
     if venv.exists() {
         venv
     } else {
@@ -38,7 +38,7 @@ pub fn python() -> PathBuf {
 impl Moto {
     /// Starts a server of its own: serving one request at a time when `threaded` is false.
     pub fn start(threaded: bool) -> Self {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_server.py");
+        let script = super::root().join("tests/support/moto_server.py");
         let recording = std::env::temp_dir().join(format!(
             "kc-moto-recording-{}-{}",
             std::process::id(),

@@ -1,12 +1,18 @@
-//! End to end: the `functions/ledger` binary under `cargo lambda watch` on 127.0.0.1, against
-//! moto, invoked over HTTP with the sample events of `events/` in the order an event source
-//! mapping delivers them (again from each reported failure).
+//! End to end: the `ledger` function binary, run against the Lambda runtime API of
+//! `cargo lambda watch --only-lambda-apis` on 127.0.0.1, with moto and kinesis-local behind it,
+//! invoked over HTTP with the sample events of `events/` in the order an event source mapping
+//! delivers them (again from each reported failure).
+//!
+//! The binary is the one `cargo test` built for this test (`CARGO_BIN_EXE_ledger`), with the
+//! same features as every other test: letting `cargo lambda watch` build it would compile the
+//! AWS SDK a second time.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,61 +20,69 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::http;
 use common::moto::{Moto, create_lease_table, create_table, python, unique};
-use common::redeliver_from;
+use common::{redeliver_from, root};
 use serde_json::Value;
 
-/// `cargo lambda watch` serving the ledger function; stopped, with the function, on drop.
-struct Watch {
-    child: Child,
+/// `cargo lambda watch --only-lambda-apis` and the function polling it; both stopped on drop.
+struct Local {
+    runtime_api: Child,
+    function: Child,
     url: String,
 }
 
-impl Watch {
+impl Local {
     fn start(env: &[(&str, &str)]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        // A file, not `--env-var`: that flag splits values at commas (as in `RUST_LOG`).
-        let env_file = root.join(format!("target/e2e-ledger-{port}.env"));
-        let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-        let vars = vars.join("\n");
-        std::fs::write(&env_file, vars).unwrap();
-        let log = std::fs::File::create(root.join("target/e2e-ledger.log")).unwrap();
-        let mut command = Command::new(cargo_lambda());
-        command
+        let log = std::fs::File::create(root().join("target/e2e-ledger.log")).unwrap();
+        let mut runtime_api = Command::new(cargo_lambda())
             .args([
                 "lambda",
                 "watch",
-                "--ignore-changes",
+                "--only-lambda-apis",
                 "-A",
                 "127.0.0.1",
                 "-P",
                 &port.to_string(),
             ])
-            .arg("--env-file")
-            .arg(&env_file)
-            .current_dir(root.join("functions/ledger"))
+            .current_dir(root().join("functions/ledger"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        let mut child = command
+            .stderr(log.try_clone().unwrap())
             .spawn()
             .expect("cargo lambda starts; run `make test`, which installs it");
-        let deadline = Instant::now() + Duration::from_mins(2);
+        let deadline = Instant::now() + Duration::from_mins(1);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let exited = child.try_wait().unwrap();
+            let exited = runtime_api.try_wait().unwrap();
             assert!(
                 exited.is_none() && Instant::now() < deadline,
                 "cargo lambda watch did not listen ({exited:?}); see target/e2e-ledger.log"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        // The variables `cargo lambda watch` gives a function it starts itself; its function
+        // name is `_` when it only serves the APIs.
+        let function = Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{port}/.rt"),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the ledger binary starts");
         Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/2015-03-31/functions/ledger/invocations"),
+            runtime_api,
+            function,
+            url: format!("http://127.0.0.1:{port}/2015-03-31/functions/_/invocations"),
         }
     }
 
@@ -88,11 +102,12 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for Local {
     fn drop(&mut self) {
-        // The function it runs ends by itself once its runtime API is gone.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in [&mut self.function, &mut self.runtime_api] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -110,9 +125,7 @@ fn cargo_lambda() -> PathBuf {
 }
 
 fn sample(name: &str) -> KinesisEvent {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("events")
-        .join(name);
+    let path = root().join("events").join(name);
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -237,11 +250,11 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         .unwrap()
         .queue_url
         .unwrap();
-    let watch = tokio::task::spawn_blocking({
+    let local = tokio::task::spawn_blocking({
         let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
         let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
         move || {
-            Watch::start(&[
+            Local::start(&[
                 ("LEASE_TABLE", &leases),
                 ("LEDGER_TABLE", &ledger),
                 ("DEAD_LETTER_QUEUE_URL", &queue),
@@ -259,7 +272,7 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     .await
     .unwrap();
     // Blocking calls are fine here: the function runs in another process.
-    let invoke = |event: KinesisEvent| watch.invoke(&event);
+    let invoke = |event: KinesisEvent| local.invoke(&event);
 
     // A normal batch, then the same batch again, as after a time-out.
     let batch = sample("batch.json");
@@ -324,5 +337,5 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         s(shard1, "checkpoint"),
         child.records[2].kinesis.sequence_number
     );
-    drop(watch);
+    drop(local);
 }
