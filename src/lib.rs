@@ -11,6 +11,9 @@
 //! - a redelivered record is skipped, not processed twice;
 //! - a shard stops at its first failed record and reports only that one, keeping per-key order;
 //! - a concurrent delivery of a shard processes nothing;
+//! - a child shard waits until its parents are finished, after a split or a merge;
+//! - a poison record goes to a dead-letter sink with its payload, and the shard moves on;
+//! - KPL aggregates are unpacked, with checkpoints inside an aggregate;
 //! - a malformed record is never skipped silently.
 //!
 //! The pieces, one module each:

@@ -1,12 +1,13 @@
-//! One Lambda invocation: parse, claim, dedupe, dispatch, checkpoint, answer.
+//! One Lambda invocation: parse, claim, gate, dedupe, dispatch, checkpoint, answer.
 //!
 //! Lambda's event source mapping delivers a shard's records at least once, retries from the
 //! lowest sequence number a function reports, and reads nothing but that report. The
-//! [`Processor`] turns those rules into effectively-once processing: it claims the shard's
-//! lease, skips what the checkpoint says is done, runs the handler in order until the first
-//! record that is not done, writes the new checkpoint and releases the lease in one conditional
-//! write, and reports that one record. Steps of `DESIGN.md` not built yet (the parent gate, dead
-//! letters) have their place marked where they go.
+//! [`Processor`] turns those rules into effectively-once processing: it unpacks KPL aggregates,
+//! claims the shard's lease, holds a child shard back until its parents are finished (the
+//! [`gate`](crate::gate)), skips what the checkpoint says is done, runs the handler in order
+//! until the first record that is not done (moving poison records to the
+//! [dead-letter sink](crate::dead_letter)), writes the new checkpoint, the failing record and
+//! the release in one conditional write, and reports that one record.
 //!
 //! Dispatch (running the handler over the records that are not done) is one function with a
 //! narrow contract: it takes the pending records and returns what became of each, and the
