@@ -334,12 +334,12 @@ async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
             tx.send(()).unwrap();
         }
         async move {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
             seen.0.lock().unwrap().push(n_of(&record));
             Outcome::ack()
         }
     })
-    .lease_ttl(Duration::from_millis(150));
+    .lease_ttl(Duration::from_millis(600));
     let first = tokio::spawn({
         let processor = processor.clone();
         async move {
@@ -349,8 +349,8 @@ async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
         }
     });
     started_rx.await.unwrap();
-    // Several lease lifetimes later, the first invocation is still at work.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Past the lease's first lifetime, the first invocation is still at work on its renewed lease.
+    tokio::time::sleep(Duration::from_millis(900)).await;
     let second = Seen::default();
     let concurrent = Processor::new(store.clone(), second.handler(|_| None))
         .process_batch(batch(STREAM, SHARD, 0..60), &context("concurrent", 60_000))
