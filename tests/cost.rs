@@ -66,14 +66,7 @@ async fn a_poison_record_costs_one_sqs_request_and_no_extra_dynamodb_request() {
     let config = moto.sdk_config(1).await;
     let table = unique("cost");
     create_lease_table(&config, &table).await;
-    let queue = aws_sdk_sqs::Client::new(&config)
-        .create_queue()
-        .queue_name(unique("dead-letters"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let queue = common::moto::create_queue(&config).await;
     let processor = Processor::new(
         Arc::new(DynamoLeaseStore::new(&config, &table)),
         |record: Record| async move {

@@ -32,14 +32,7 @@ async fn setup() -> Setup {
     let table = unique("leases");
     create_lease_table(&config, &table).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let queue = sqs
-        .create_queue()
-        .queue_name(unique("dead-letters"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let queue = common::moto::create_queue(&config).await;
     Setup {
         store: DynamoLeaseStore::new(&config, table),
         config,

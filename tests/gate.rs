@@ -92,6 +92,17 @@ impl Setup {
             .gate(Gate::new(Arc::new(KinesisTopology::new(&kinesis)), start))
     }
 
+    /// The batch of whichever child of the split holds the records written after it (their
+    /// partition key decides which).
+    async fn child_with_records(&self) -> KinesisEvent {
+        let left = self.stream.batch(LEFT).await;
+        if left.records.is_empty() {
+            self.stream.batch(RIGHT).await
+        } else {
+            left
+        }
+    }
+
     async fn row(&self, shard: &str) -> kinesis_checkpoint::LeaseState {
         self.store
             .read(&LeaseKey::new(self.stream.name.as_str(), shard))
@@ -236,12 +247,7 @@ async fn a_child_waits_while_its_parents_last_record_keeps_failing() {
     let processor = setup
         .processor(&log, Some(2), StartingPosition::TrimHorizon)
         .await;
-    let child = setup.stream.batch(LEFT).await;
-    let child = if child.records.is_empty() {
-        setup.stream.batch(RIGHT).await
-    } else {
-        child
-    };
+    let child = setup.child_with_records().await;
 
     assert!(matches!(
         deliver(&processor, setup.stream.batch(PARENT).await, "p1").await,
@@ -267,12 +273,7 @@ async fn a_parent_never_read_holds_the_child_at_trim_horizon_but_not_at_latest()
     setup.stream.put("customer", 0).await;
     setup.stream.split(PARENT).await;
     setup.stream.put("customer", 1).await;
-    let child = setup.stream.batch(LEFT).await;
-    let child = if child.records.is_empty() {
-        setup.stream.batch(RIGHT).await
-    } else {
-        child
-    };
+    let child = setup.child_with_records().await;
 
     let log = Log::default();
     let trim = setup
@@ -298,12 +299,7 @@ async fn a_parent_without_records_is_finished() {
     let setup = setup().await;
     setup.stream.split(PARENT).await;
     setup.stream.put("customer", 0).await;
-    let child = setup.stream.batch(LEFT).await;
-    let child = if child.records.is_empty() {
-        setup.stream.batch(RIGHT).await
-    } else {
-        child
-    };
+    let child = setup.child_with_records().await;
     let log = Log::default();
     let processor = setup
         .processor(&log, None, StartingPosition::TrimHorizon)

@@ -186,3 +186,15 @@ pub async fn create_table(config: &SdkConfig, name: &str, key: &str) {
         .await
         .expect("create table");
 }
+
+/// Creates a fresh SQS queue and returns its URL.
+pub async fn create_queue(config: &SdkConfig) -> String {
+    aws_sdk_sqs::Client::new(config)
+        .create_queue()
+        .queue_name(unique("dead-letters"))
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url
+        .expect("a queue URL")
+}

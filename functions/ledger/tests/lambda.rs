@@ -242,14 +242,7 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
     common::kinesis::Stream::with_shards(&kinesis_config, "orders", 2).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let queue = sqs
-        .create_queue()
-        .queue_name(unique("dead-letters"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let queue = common::moto::create_queue(&config).await;
     let local = tokio::task::spawn_blocking({
         let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
         let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
