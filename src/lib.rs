@@ -30,6 +30,7 @@
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
+//! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
 //!
 //! # Example
 //!
@@ -59,6 +60,8 @@ pub mod handler;
 #[cfg(feature = "kpl")]
 pub mod kpl;
 pub mod lease;
+#[cfg(feature = "local")]
+pub mod local;
 pub mod memory;
 pub mod processor;
 pub mod record;
