@@ -35,7 +35,7 @@ use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
-use crate::record::{MalformedRecord, Parsed, Record, parse_event};
+use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
@@ -463,14 +463,16 @@ impl<H: Handler> Processor<H> {
     pub fn service(
         self,
     ) -> impl Service<
-        LambdaEvent<KinesisEvent>,
+        LambdaEvent<LambdaKinesisEvent>,
         Response = KinesisEventResponse,
         Error = ProcessError,
         Future = impl Future<Output = Result<KinesisEventResponse, ProcessError>> + Send,
     > {
-        lambda_runtime::service_fn(move |event: LambdaEvent<KinesisEvent>| {
+        // The event is read as `LambdaKinesisEvent`: exact arrival times, and no timestamp
+        // that fails or panics the batch.
+        lambda_runtime::service_fn(move |event: LambdaEvent<LambdaKinesisEvent>| {
             let processor = self.clone();
-            async move { processor.process(event.payload, &event.context).await }
+            async move { processor.process(event.payload.0, &event.context).await }
         })
     }
 

@@ -22,8 +22,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use kinesis_checkpoint::kpl::MAGIC;
 use kinesis_checkpoint::{
-    BatchReport, Disposition, LeaseKey, LeaseStore, MemoryLeaseStore, Outcome, Position,
-    ProcessError, Processor, Record, SequenceNumber, StopReason,
+    BatchReport, Disposition, LambdaKinesisEvent, LeaseKey, LeaseStore, MemoryLeaseStore, Outcome,
+    Position, ProcessError, Processor, Record, SequenceNumber, StopReason,
 };
 use lambda_runtime::{Context, LambdaEvent, Service};
 use md5::{Digest, Md5};
@@ -66,14 +66,19 @@ fn recording_processor() -> (
     (processor, store, seen)
 }
 
-/// Deserializes `body` as Lambda's runtime does (with the path of the offending field), then
-/// hands the event to the processor's Lambda service.
+/// Deserializes `body` as Lambda's runtime does for the processor's service (with the path of
+/// the offending field).
+fn deserialize(body: &[u8]) -> Result<LambdaKinesisEvent, String> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body))
+        .map_err(|error| error.to_string())
+}
+
+/// Deserializes `body` as Lambda's runtime does, then hands the event to the processor's
+/// Lambda service.
 fn invoke(
     body: &[u8],
 ) -> Result<(Result<KinesisEventResponse, ProcessError>, Vec<Record>), String> {
-    let event: KinesisEvent =
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body))
-            .map_err(|error| error.to_string())?;
+    let event = deserialize(body)?;
     let (processor, _store, seen) = recording_processor();
     let mut service = processor.service();
     let answer = block_on(async {
@@ -460,11 +465,12 @@ fn payload() -> impl Strategy<Value = Payload> {
 }
 
 /// `approximateArrivalTimestamp` in the forms Lambda and its emulators write: whole seconds,
-/// seconds with milliseconds, and either as a string.
+/// seconds with milliseconds (Lambda) or microseconds (emulators), and either as a string.
 #[derive(Debug, Clone, Copy)]
 enum Arrival {
     Whole(u32),
     Millis(u32, u16),
+    Micros(u32, u32),
     Text(u32, Option<u16>),
 }
 
@@ -473,17 +479,22 @@ impl Arrival {
         match self {
             Self::Whole(seconds) => json!(seconds),
             Self::Millis(seconds, millis) => json!(f64::from(seconds) + f64::from(millis) / 1e3),
+            Self::Micros(seconds, micros) => json!(f64::from(seconds) + f64::from(micros) / 1e6),
             Self::Text(seconds, None) => json!(seconds.to_string()),
             Self::Text(seconds, Some(millis)) => json!(format!("{seconds}.{millis:03}")),
         }
     }
 
-    fn seconds(self) -> u64 {
-        match self {
-            Self::Whole(seconds) | Self::Millis(seconds, _) | Self::Text(seconds, _) => {
-                u64::from(seconds)
+    /// Microseconds since the epoch.
+    fn micros(self) -> u128 {
+        let (seconds, micros) = match self {
+            Self::Whole(seconds) | Self::Text(seconds, None) => (seconds, 0),
+            Self::Millis(seconds, millis) | Self::Text(seconds, Some(millis)) => {
+                (seconds, u32::from(millis) * 1000)
             }
-        }
+            Self::Micros(seconds, micros) => (seconds, micros),
+        };
+        u128::from(seconds) * 1_000_000 + u128::from(micros)
     }
 }
 
@@ -492,6 +503,7 @@ fn arrival() -> impl Strategy<Value = Arrival> {
     prop_oneof![
         seconds.clone().prop_map(Arrival::Whole),
         (seconds.clone(), 0_u16..1000).prop_map(|(s, ms)| Arrival::Millis(s, ms)),
+        (seconds.clone(), 0_u32..1_000_000).prop_map(|(s, us)| Arrival::Micros(s, us)),
         (seconds, prop::option::of(0_u16..1000)).prop_map(|(s, ms)| Arrival::Text(s, ms)),
     ]
 }
@@ -577,7 +589,7 @@ fn well_formed_json(source: &Source, record: &WellFormed) -> Value {
 }
 
 /// What the handler must see for `record`: (stream, shard, sequence, sub-sequence, partition
-/// key, explicit hash key, data, arrival seconds).
+/// key, explicit hash key, data, arrival in microseconds).
 type Fields = (
     String,
     String,
@@ -586,7 +598,7 @@ type Fields = (
     String,
     Option<String>,
     Vec<u8>,
-    u64,
+    u128,
 );
 
 fn expected_fields(source: &Source, record: &WellFormed) -> Vec<Fields> {
@@ -599,7 +611,7 @@ fn expected_fields(source: &Source, record: &WellFormed) -> Vec<Fields> {
             key.to_owned(),
             hash.cloned(),
             data,
-            record.arrival.seconds(),
+            record.arrival.micros(),
         )
     };
     match &record.payload {
@@ -633,7 +645,7 @@ fn seen_fields(record: &Record) -> Fields {
             .arrival()
             .duration_since(UNIX_EPOCH)
             .expect("after the epoch")
-            .as_secs(),
+            .as_micros(),
     )
 }
 
@@ -648,7 +660,7 @@ proptest! {
             .iter()
             .map(|record| well_formed_json(&sources[record.source], record))
             .collect();
-        let event: KinesisEvent = serde_json::from_slice(&body(&json)).expect("well formed");
+        let LambdaKinesisEvent(event) = deserialize(&body(&json)).expect("well formed");
         let (processor, store, seen) = recording_processor();
         let report = block_on(processor.process_batch(event, &Context::default()))
             .expect("no malformed record");
@@ -1145,20 +1157,18 @@ proptest! {
             .iter()
             .position(|item| item.flaw.as_ref().is_some_and(|flaw| !flaw.deserializes()));
         let body = body(&built.json);
-        let deserialized: Result<KinesisEvent, _> =
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body));
+        let deserialized = deserialize(&body);
         match (deserialized, undeserializable) {
-            (Err(error), Some(index)) => {
+            (Err(message), Some(index)) => {
                 // Lambda's runtime fails the whole batch before the handler runs: nothing was
                 // processed, and its message points at the record.
-                let message = error.to_string();
                 prop_assert!(message.starts_with(&format!("Records[{index}]")), "{}", message);
             }
             (Err(error), None) => prop_assert!(false, "a parseable event was refused: {error}"),
             (Ok(_), Some(index)) => {
                 prop_assert!(false, "record {index} with {:?} deserialized", items[index].flaw);
             }
-            (Ok(event), None) => {
+            (Ok(LambdaKinesisEvent(event)), None) => {
                 let (processor, store, seen) = recording_processor();
                 let outcome = block_on(processor.process_batch(event, &Context::default()));
                 let seen = seen.lock().unwrap().clone();
@@ -1203,4 +1213,31 @@ fn a_later_malformed_record_of_another_shard_is_not_dropped_silently() {
     assert_eq!(seen.len(), 1, "the record before the malformed ones ran");
     let row = &store.snapshot()[&LeaseKey::new(a.0, a.1)];
     assert_eq!(row.checkpoint.as_deref(), Some(sequence_at(0).as_str()));
+}
+
+/// Found by `well_formed_records_reach_…` once arrivals in microseconds were among the forms:
+/// `aws_lambda_events` reads the fraction's digits as milliseconds, so six decimals failed the
+/// whole event ("invalid timestamp"), fourteen overflowed (a panic in the debug build), and
+/// `.5` became 5 ms.
+#[test]
+fn arrival_times_are_read_to_the_microsecond_whatever_their_decimals() {
+    for (timestamp, micros) in [
+        (json!(1_700_000_000.123_456), 1_700_000_000_123_456_u64),
+        (json!(0.123_456_789_012_345_67), 123_457),
+        (json!(1_700_000_000.5), 1_700_000_000_500_000),
+        (json!("1700000000.250"), 1_700_000_000_250_000),
+        (json!(1_700_000_000), 1_700_000_000_000_000),
+    ] {
+        let mut record = lambda_record("orders", "shardId-000000000000", "1", "k", b"x");
+        record["kinesis"]["approximateArrivalTimestamp"] = timestamp.clone();
+        let LambdaKinesisEvent(event) =
+            deserialize(&body(&[record])).unwrap_or_else(|error| panic!("{timestamp}: {error}"));
+        let arrival =
+            std::time::SystemTime::from(event.records[0].kinesis.approximate_arrival_timestamp.0);
+        assert_eq!(
+            arrival,
+            UNIX_EPOCH + std::time::Duration::from_micros(micros),
+            "{timestamp}"
+        );
+    }
 }
