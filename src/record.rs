@@ -433,6 +433,8 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 /// timestamp", and fourteen or more overflow a multiplication (a panic in a debug build). This
 /// type reads each timestamp itself, to the microsecond, and lets `aws_lambda_events` read the
 /// rest; an error names the field (`Records[3].kinesis.data: …`), as the runtime's own does.
+/// The event, its records and their `kinesis` must be JSON objects, as Lambda writes them:
+/// `aws_lambda_events` would also take an array's items as the fields in order.
 ///
 /// # Examples
 ///
@@ -455,20 +457,22 @@ pub struct LambdaKinesisEvent(pub KinesisEvent);
 impl<'de> Deserialize<'de> for LambdaKinesisEvent {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut json = Value::deserialize(deserializer)?;
-        // Each readable timestamp is replaced by its whole seconds, which `aws_lambda_events`
-        // reads safely, and set back exactly once the event is read.
-        let mut arrivals = Vec::new();
-        if let Some(records) = json.get_mut("Records").and_then(Value::as_array_mut) {
-            for record in records {
-                let timestamp = record.pointer_mut("/kinesis/approximateArrivalTimestamp");
-                let arrival = timestamp.and_then(|timestamp| {
-                    let micros = arrival_micros(timestamp)?;
-                    *timestamp = Value::from(micros / 1_000_000);
-                    Some(UNIX_EPOCH + Duration::from_micros(micros))
-                });
-                arrivals.push(arrival);
+        let arrivals = match take_arrivals(&mut json) {
+            Ok(arrivals) => arrivals,
+            Err(Misshapen { record, error }) => {
+                // An error in an earlier record comes first, as in the runtime's own reading.
+                let earlier = match json.get_mut("Records").and_then(Value::as_array_mut) {
+                    Some(records) => {
+                        records.truncate(record);
+                        serde_path_to_error::deserialize::<_, KinesisEvent>(json).err()
+                    }
+                    None => None,
+                };
+                return Err(D::Error::custom(
+                    earlier.map_or(error, |earlier| earlier.to_string()),
+                ));
             }
-        }
+        };
         let mut event: KinesisEvent =
             serde_path_to_error::deserialize(json).map_err(D::Error::custom)?;
         for (record, arrival) in event.records.iter_mut().zip(arrivals) {
@@ -478,6 +482,49 @@ impl<'de> Deserialize<'de> for LambdaKinesisEvent {
         }
         Ok(Self(event))
     }
+}
+
+/// A part of the event that is not the JSON object Lambda writes there.
+struct Misshapen {
+    /// The index of the record it is in (0 for the event itself).
+    record: usize,
+    error: String,
+}
+
+/// Reads each record's arrival time out of `json` and leaves its whole seconds in its place,
+/// which `aws_lambda_events` reads safely. Lambda writes the event, its records and their
+/// `kinesis` as objects; any other shape is refused here, since `aws_lambda_events` would read
+/// an array's items as the fields in order, an unread timestamp among them.
+fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen> {
+    let misshapen = |record, error: String| Misshapen { record, error };
+    let Some(event) = json.as_object_mut() else {
+        return Err(misshapen(0, "the event is not a JSON object".to_owned()));
+    };
+    let Some(records) = event.get_mut("Records").and_then(Value::as_array_mut) else {
+        return Ok(Vec::new());
+    };
+    let mut arrivals = Vec::with_capacity(records.len());
+    for (index, record) in records.iter_mut().enumerate() {
+        let Some(record) = record.as_object_mut() else {
+            let error = format!("Records[{index}]: a record is not a JSON object");
+            return Err(misshapen(index, error));
+        };
+        let kinesis = match record.get_mut("kinesis") {
+            None => None,
+            Some(Value::Object(kinesis)) => Some(kinesis),
+            Some(_) => {
+                let error = format!("Records[{index}].kinesis: not a JSON object");
+                return Err(misshapen(index, error));
+            }
+        };
+        let timestamp = kinesis.and_then(|kinesis| kinesis.get_mut("approximateArrivalTimestamp"));
+        arrivals.push(timestamp.and_then(|timestamp| {
+            let micros = arrival_micros(timestamp)?;
+            *timestamp = Value::from(micros / 1_000_000);
+            Some(UNIX_EPOCH + Duration::from_micros(micros))
+        }));
+    }
+    Ok(arrivals)
 }
 
 /// Microseconds since the epoch of a timestamp in float seconds (a number, or a string holding
