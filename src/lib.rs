@@ -85,7 +85,7 @@ pub use memory::MemoryLeaseStore;
 pub use processor::{
     BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
 };
-pub use record::{MalformedReason, MalformedRecord, PayloadError, Record};
+pub use record::{LambdaKinesisEvent, MalformedReason, MalformedRecord, PayloadError, Record};
 pub use sequence::{Position, SequenceError, SequenceNumber};
 
 /// The names a Lambda function needs, in one `use`.

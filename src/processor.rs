@@ -35,7 +35,7 @@ use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
-use crate::record::{MalformedRecord, Parsed, Record, parse_event};
+use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
@@ -463,14 +463,16 @@ impl<H: Handler> Processor<H> {
     pub fn service(
         self,
     ) -> impl Service<
-        LambdaEvent<KinesisEvent>,
+        LambdaEvent<LambdaKinesisEvent>,
         Response = KinesisEventResponse,
         Error = ProcessError,
         Future = impl Future<Output = Result<KinesisEventResponse, ProcessError>> + Send,
     > {
-        lambda_runtime::service_fn(move |event: LambdaEvent<KinesisEvent>| {
+        // The event is read as `LambdaKinesisEvent`: exact arrival times, and no timestamp
+        // that fails or panics the batch.
+        lambda_runtime::service_fn(move |event: LambdaEvent<LambdaKinesisEvent>| {
             let processor = self.clone();
-            async move { processor.process(event.payload, &event.context).await }
+            async move { processor.process(event.payload.0, &event.context).await }
         })
     }
 
@@ -1146,9 +1148,11 @@ struct ShardBatch {
 
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the
 /// batch for every shard: it joins its own shard's group (or its neighbour's, when its shard is
-/// unknown) and stops it; records after it are not dispatched. Returns the groups, the malformed
-/// records that belong to no group, and the first malformed record without a sequence number,
-/// which fails the whole batch.
+/// unknown) and stops it; records after it are not dispatched. Every later malformed record
+/// joins a group the same way, so that its shard reports it (or an earlier record) even when
+/// no other record of that shard follows the first. Returns the groups, the malformed records
+/// that belong to no group, and the first malformed record without a sequence number that no
+/// earlier report of its shard covers, which fails the whole batch.
 fn group(
     parsed: Vec<Parsed>,
 ) -> (
@@ -1158,21 +1162,24 @@ fn group(
 ) {
     let mut groups: Vec<ShardBatch> = Vec::new();
     let mut orphans = Vec::new();
-    let neighbour_key = |parsed: &[Parsed], index: usize| -> Option<LeaseKey> {
+    let neighbour_key = |index: usize| -> Option<LeaseKey> {
         let before = parsed[..index].iter().rev().find_map(|p| p.as_ref().ok());
         let after = || parsed[index + 1..].iter().find_map(|p| p.as_ref().ok());
         before.or_else(after).map(|record| record.key().clone())
     };
     let cut = parsed.iter().position(Result::is_err);
-    let key_of_malformed = cut.and_then(|index| {
-        let Err(malformed) = &parsed[index] else {
-            return None;
-        };
-        match (&malformed.stream, &malformed.shard) {
-            (Some(stream), Some(shard)) => Some(LeaseKey::new(stream.as_str(), shard.as_str())),
-            _ => neighbour_key(&parsed, index),
-        }
-    });
+    // Computed before `parsed` is consumed: the neighbours are looked up by index.
+    let malformed_keys: Vec<Option<LeaseKey>> = parsed
+        .iter()
+        .enumerate()
+        .map(|(index, item)| match item {
+            Ok(_) => None,
+            Err(malformed) => match (&malformed.stream, &malformed.shard) {
+                (Some(stream), Some(shard)) => Some(LeaseKey::new(stream.as_str(), shard.as_str())),
+                _ => neighbour_key(index),
+            },
+        })
+        .collect();
     let mut unreportable = None;
     for (index, item) in parsed.into_iter().enumerate() {
         let (key, entry) = match item {
@@ -1187,19 +1194,28 @@ fn group(
                 }
             }
             Err(malformed) => {
-                if Some(index) != cut {
-                    // Only the first malformed record matters: the batch ends there.
-                    continue;
-                }
+                let key = malformed_keys[index].clone();
                 let Some(sequence) = malformed.reportable_sequence() else {
-                    unreportable = Some(malformed);
+                    // Past the first malformed record, every entry of a group stops it: a
+                    // group that already has one reports a record before this one.
+                    let covered = key.as_ref().is_some_and(|key| {
+                        groups
+                            .iter()
+                            .any(|group| group.key == *key && group.stops_after_malformed())
+                    });
+                    if !covered && unreportable.is_none() {
+                        unreportable = Some(malformed);
+                    }
                     continue;
                 };
-                let Some(key) = &key_of_malformed else {
-                    orphans.push(malformed);
+                let Some(key) = key else {
+                    // No record of the batch names a shard: the first report covers the rest.
+                    if orphans.is_empty() {
+                        orphans.push(malformed);
+                    }
                     continue;
                 };
-                (key.clone(), Entry::Malformed(malformed, sequence))
+                (key, Entry::Malformed(malformed, sequence))
             }
         };
         match groups.iter_mut().find(|group| group.key == key) {
@@ -1211,6 +1227,15 @@ fn group(
         }
     }
     (groups, orphans, unreportable)
+}
+
+impl ShardBatch {
+    /// Whether the group holds an entry from the first malformed record on, which stops it.
+    fn stops_after_malformed(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|entry| matches!(entry, Entry::Malformed(..) | Entry::AfterMalformed(_)))
+    }
 }
 
 /// A handler future whose panic becomes an error, so one bad record cannot take the batch (and
