@@ -35,6 +35,7 @@ const CHECKPOINT_SUB: &str = "checkpoint_sub";
 const PARENTS: &str = "parent_shards";
 const FAILING: &str = "failing";
 const EXPIRES_AT: &str = "expires_at";
+const DONE_ABOVE: &str = "done_above";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -334,7 +335,30 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .unwrap_or_default();
     state.failing = item.get(FAILING).and_then(failing_of);
     state.expires_at = number(EXPIRES_AT);
+    state.done_above = item
+        .get(DONE_ABOVE)
+        .and_then(|v| v.as_ss().ok())
+        .map(|positions| positions_of(positions))
+        .unwrap_or_default();
     state
+}
+
+/// The positions of a `done_above` set (`sequence` or `sequence/sub`), in order. A member that
+/// is not a position was not written by this toolkit: it is ignored, so at worst its record runs
+/// again.
+fn positions_of(members: &[String]) -> Vec<Position> {
+    let mut positions: Vec<Position> = members
+        .iter()
+        .filter_map(|member| {
+            let (sequence, sub) = match member.split_once('/') {
+                Some((sequence, sub)) => (sequence, Some(sub.parse().ok()?)),
+                None => (member.as_str(), None),
+            };
+            Position::from_checkpoint(sequence, sub).ok()
+        })
+        .collect();
+    positions.sort();
+    positions
 }
 
 /// The clauses of an `UpdateItem` being built: every write bumps the fencing counter.
@@ -640,6 +664,18 @@ impl LeaseStore for DynamoLeaseStore {
                     ":parents",
                     AttributeValue::Ss(commit.parent_shards.clone()),
                 );
+            }
+            match commit.done_above.as_deref() {
+                None => {}
+                // A string set cannot be empty: an empty one is removed.
+                Some([]) => clauses.remove.push(DONE_ABOVE),
+                Some(done_above) => {
+                    clauses.set.push("done_above = :done_above");
+                    request = request.expression_attribute_values(
+                        ":done_above",
+                        AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
+                    );
+                }
             }
             clauses.remove.extend([OWNER, EXPIRY]);
             let request = request

@@ -132,6 +132,10 @@ pub struct LeaseState {
     pub failing: Option<FailingRecord>,
     /// When `DynamoDB` may delete the row (epoch seconds), set once the shard is finished.
     pub expires_at: Option<u64>,
+    /// Records done above the checkpoint, in order: per-key concurrency finishes records out of
+    /// order, and a redelivery skips these. Bounded by
+    /// [`Processor::max_done_above`](crate::Processor::max_done_above).
+    pub done_above: Vec<Position>,
 }
 
 impl LeaseState {
@@ -295,6 +299,9 @@ pub struct Commit {
     pub failing: FailingChange,
     /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
     pub parent_shards: Vec<String>,
+    /// The records done above the new checkpoint, when they changed (`Some` of an empty list
+    /// forgets them all; `None` leaves them as they are).
+    pub done_above: Option<Vec<Position>>,
 }
 
 /// [`LeaseStore::checkpoint_and_release`] for a store whose [`commit`](LeaseStore::commit)
@@ -465,8 +472,9 @@ pub trait LeaseStore: Send + Sync + 'static {
     ///
     /// The default calls [`checkpoint_and_release`](Self::checkpoint_and_release) and keeps no
     /// failing record, so attempts are counted within one invocation only and a record is
-    /// dead-lettered after `max_attempts` only when it is rejected. Stores that keep `failing`
-    /// override this.
+    /// dead-lettered after `max_attempts` only when it is rejected; nor does it keep the
+    /// records done above the checkpoint (`done_above`), which a redelivery then runs again: a
+    /// duplicate, never a loss. Stores that keep `failing` and `done_above` override this.
     fn commit<'a>(
         &'a self,
         key: &'a LeaseKey,

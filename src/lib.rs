@@ -29,6 +29,7 @@
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
+//! | [`keyed`] | per-key concurrency within one invocation |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //!
 //! # Example
@@ -56,6 +57,7 @@ pub mod dead_letter;
 pub mod dynamo;
 pub mod gate;
 pub mod handler;
+pub mod keyed;
 #[cfg(feature = "kpl")]
 pub mod kpl;
 pub mod lease;

@@ -279,6 +279,9 @@ impl LeaseStore for MemoryLeaseStore {
                     if !commit.parent_shards.is_empty() {
                         row.parent_shards.clone_from(&commit.parent_shards);
                     }
+                    if let Some(done_above) = &commit.done_above {
+                        row.done_above.clone_from(done_above);
+                    }
                     Self::free(row);
                 }
                 ours
