@@ -56,12 +56,13 @@ pub(crate) struct Limits {
     pub(crate) max_done_above: usize,
 }
 
-/// What became of one pending record so far.
+/// What became of one pending record.
 #[derive(Debug)]
-enum State {
+pub(crate) enum State {
     Waiting,
     Running,
-    Done(Disposition),
+    /// Done; `cleared` when it was the row's failing record.
+    Done(Disposition, bool),
     /// Not done: the handler failed (`ran`), or the record was not started because the shard
     /// must stop (lease lost, deadline). `counted` is its failure as the row would remember it.
     Failed {
@@ -71,9 +72,80 @@ enum State {
     },
 }
 
-/// Dispatches `pending` one queue per partition key, at most `limits.max_in_flight` at once.
-/// See the [module documentation](self) for the rules.
-#[allow(clippy::too_many_lines)]
+impl State {
+    pub(crate) const fn is_done(&self) -> bool {
+        matches!(self, Self::Done(..))
+    }
+}
+
+/// What a keyed run did with each pending record.
+pub(crate) struct Run {
+    pub(crate) states: Vec<State>,
+    /// Why the run stopped starting records, when something stopped every key.
+    stop: Option<StopReason>,
+    /// The first entry that never runs (a malformed record), or the count.
+    barrier: usize,
+}
+
+impl Run {
+    /// The index of the lowest record not done, or the count when all are.
+    pub(crate) fn lowest_not_done(&self) -> usize {
+        self.states
+            .iter()
+            .position(|state| !state.is_done())
+            .unwrap_or(self.states.len())
+    }
+
+    /// Why the record at `index`, which is not done, is not: its failure, the reason every key
+    /// stopped, or (for a malformed entry) what attempting it says.
+    pub(crate) async fn reason<H: Handler>(
+        &self,
+        index: usize,
+        processor: &Processor<H>,
+        pending: &[Entry],
+        invocation: &Invocation,
+        lease: &LeaseWatch,
+    ) -> StopReason {
+        match &self.states[index] {
+            State::Failed { reason, .. } => reason.clone(),
+            _ if index >= self.barrier => {
+                // A malformed entry (or one after it): attempting it runs nothing and says why.
+                let mut untouched = Failing {
+                    known: None,
+                    change: FailingChange::Keep,
+                };
+                match processor
+                    .attempt(&pending[index], invocation, lease, &mut untouched)
+                    .await
+                {
+                    Err(reason) => reason,
+                    Ok(_) => unreachable!("an entry without a partition key never runs"),
+                }
+            }
+            // Not started: every key stopped (lease lost, deadline) before it.
+            _ => self.stop.clone().unwrap_or(StopReason::Deadline),
+        }
+    }
+
+    /// Each record's disposition, `reported` being the one reported.
+    pub(crate) fn dispositions(&self, reported: usize) -> Vec<Disposition> {
+        self.states
+            .iter()
+            .enumerate()
+            .map(|(index, state)| match state {
+                _ if index == reported => Disposition::Reported,
+                State::Done(disposition, _) => *disposition,
+                State::Failed { ran: true, .. } => Disposition::Failed,
+                State::Failed { ran: false, .. } | State::Waiting | State::Running => {
+                    Disposition::NotAttempted
+                }
+            })
+            .collect()
+    }
+}
+
+/// Dispatches `pending` one queue per partition key, at most `limits.max_in_flight` at once,
+/// for a shard's row: see the [module documentation](self) for the rules.
 pub(crate) async fn dispatch<H: Handler>(
     processor: &Processor<H>,
     pending: &[Entry],
@@ -83,7 +155,6 @@ pub(crate) async fn dispatch<H: Handler>(
     done_above: &[Position],
     limits: Limits,
 ) -> Dispatched {
-    let count = pending.len();
     let remembered: HashSet<&Position> = done_above.iter().collect();
     let last = pending.last().map(Entry::position);
     // Remembered records beyond this batch stay in the row whatever happens here.
@@ -91,6 +162,76 @@ pub(crate) async fn dispatch<H: Handler>(
         .iter()
         .filter(|position| last.as_ref().is_some_and(|last| *position > last))
         .count();
+    let run = run(
+        processor,
+        pending,
+        invocation,
+        lease,
+        &|_| known.clone(),
+        &|entry| remembered.contains(&entry.position()),
+        beyond,
+        limits,
+    )
+    .await;
+
+    let watermark = run.lowest_not_done();
+    let done_through = watermark
+        .checked_sub(1)
+        .map(|index| pending[index].position());
+    let done_above = (watermark..pending.len())
+        .filter(|&index| run.states[index].is_done())
+        .map(|index| pending[index].position())
+        .collect();
+    let cleared = run
+        .states
+        .iter()
+        .any(|state| matches!(state, State::Done(_, true)));
+    let mut failing = if cleared {
+        FailingChange::Clear
+    } else {
+        FailingChange::Keep
+    };
+    let stopped = if watermark < pending.len() {
+        if let State::Failed {
+            counted: Some(counted),
+            ..
+        } = &run.states[watermark]
+        {
+            failing = FailingChange::Set(counted.clone());
+        }
+        let reason = run
+            .reason(watermark, processor, pending, invocation, lease)
+            .await;
+        Some((watermark, reason))
+    } else {
+        None
+    };
+    Dispatched {
+        dispositions: run.dispositions(watermark),
+        done_through,
+        stopped,
+        failing,
+        done_above,
+    }
+}
+
+/// Runs `pending` one queue per partition key: a record starts when the records of its key
+/// before it are done; the lowest such record first; at most `limits.max_in_flight` at once;
+/// none above the lowest record not done once `limits.max_done_above` records (counting
+/// `beyond`, remembered records after the batch) would be done above it. Entries `skip` says
+/// are done already are duplicates; `known` gives each partition key's failing record.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run<H: Handler>(
+    processor: &Processor<H>,
+    pending: &[Entry],
+    invocation: &Invocation,
+    lease: &LeaseWatch,
+    known: &(dyn Fn(&str) -> Option<FailingRecord> + Sync),
+    skip: &(dyn Fn(&Entry) -> bool + Sync),
+    beyond: usize,
+    limits: Limits,
+) -> Run {
+    let count = pending.len();
     // Entries from the first malformed one on never run.
     let barrier = pending
         .iter()
@@ -101,8 +242,8 @@ pub(crate) async fn dispatch<H: Handler>(
     let mut queues: HashMap<&str, VecDeque<usize>> = HashMap::new();
     let mut done = 0;
     for (index, entry) in pending[..barrier].iter().enumerate() {
-        if remembered.contains(&entry.position()) {
-            states[index] = State::Done(Disposition::Duplicate);
+        if skip(entry) {
+            states[index] = State::Done(Disposition::Duplicate, false);
             done += 1;
         } else if let Some(key) = entry.partition_key() {
             queues.entry(key).or_default().push_back(index);
@@ -110,17 +251,15 @@ pub(crate) async fn dispatch<H: Handler>(
     }
     // The head of every idle key's queue, lowest first.
     let mut ready: BTreeSet<usize> = queues.values().filter_map(|q| q.front().copied()).collect();
-    let mut watermark = 0;
     let advance = |states: &[State], mut watermark: usize| {
-        while watermark < count && matches!(states[watermark], State::Done(_)) {
+        while watermark < count && states[watermark].is_done() {
             watermark += 1;
         }
         watermark
     };
-    watermark = advance(&states, watermark);
+    let mut watermark = advance(&states, 0);
 
     let mut stop: Option<StopReason> = None;
-    let mut cleared = false;
     let mut in_flight = InFlight::default();
     loop {
         while stop.is_none() && in_flight.len() < limits.max_in_flight {
@@ -133,7 +272,7 @@ pub(crate) async fn dispatch<H: Handler>(
             ready.remove(&index);
             states[index] = State::Running;
             let entry = &pending[index];
-            let known = known.clone();
+            let known = entry.partition_key().and_then(known);
             in_flight.push(async move {
                 let mut failing = Failing {
                     known,
@@ -151,9 +290,8 @@ pub(crate) async fn dispatch<H: Handler>(
         let key = pending[index].partition_key().unwrap_or_default();
         match result {
             Ok(disposition) => {
-                states[index] = State::Done(disposition);
+                states[index] = State::Done(disposition, change == FailingChange::Clear);
                 done += 1;
-                cleared |= change == FailingChange::Clear;
                 let queue = queues.get_mut(key).expect("a queue per key");
                 queue.pop_front();
                 if let Some(&next) = queue.front() {
@@ -183,68 +321,10 @@ pub(crate) async fn dispatch<H: Handler>(
             }
         }
     }
-
-    let done_through = watermark
-        .checked_sub(1)
-        .map(|index| pending[index].position());
-    let done_above = (watermark..count)
-        .filter(|&index| matches!(states[index], State::Done(_)))
-        .map(|index| pending[index].position())
-        .collect();
-    let mut failing = if cleared {
-        FailingChange::Clear
-    } else {
-        FailingChange::Keep
-    };
-    let stopped = if watermark < count {
-        let reason = match &mut states[watermark] {
-            State::Failed {
-                reason, counted, ..
-            } => {
-                if let Some(counted) = counted.take() {
-                    failing = FailingChange::Set(counted);
-                }
-                reason.clone()
-            }
-            _ if watermark >= barrier => {
-                // A malformed entry (or one after it): attempting it runs nothing and says why.
-                let mut untouched = Failing {
-                    known: None,
-                    change: FailingChange::Keep,
-                };
-                match processor
-                    .attempt(&pending[watermark], invocation, lease, &mut untouched)
-                    .await
-                {
-                    Err(reason) => reason,
-                    Ok(_) => unreachable!("an entry without a partition key never runs"),
-                }
-            }
-            // Not started: the shard stopped (lease lost, deadline) before it.
-            _ => stop.clone().unwrap_or(StopReason::Deadline),
-        };
-        Some((watermark, reason))
-    } else {
-        None
-    };
-    let dispositions = states
-        .into_iter()
-        .enumerate()
-        .map(|(index, state)| match state {
-            _ if index == watermark => Disposition::Reported,
-            State::Done(disposition) => disposition,
-            State::Failed { ran: true, .. } => Disposition::Failed,
-            State::Failed { ran: false, .. } | State::Waiting | State::Running => {
-                Disposition::NotAttempted
-            }
-        })
-        .collect();
-    Dispatched {
-        dispositions,
-        done_through,
-        stopped,
-        failing,
-        done_above,
+    Run {
+        states,
+        stop,
+        barrier,
     }
 }
 
