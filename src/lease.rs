@@ -319,6 +319,55 @@ pub(crate) fn checkpoint_and_release_by_commit<'a, S: LeaseStore + ?Sized>(
     Box::pin(async move { store.commit(key, owner, &commit).await })
 }
 
+/// The write of one partition key's row in the partition-key mode (see
+/// [`partition_key`](crate::partition_key)): applied only if nobody wrote the row since it was
+/// read, that is if its `lease_counter` is still `expected_counter`.
+///
+/// ```
+/// use kinesis_checkpoint::partition_key::row_key;
+/// use kinesis_checkpoint::{KeyCommit, LeaseKey, Position};
+///
+/// let shard = LeaseKey::new("orders", "shardId-000000000000");
+/// let mut commit = KeyCommit::new(row_key(&shard, "customer-7"), 0);
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// assert_eq!(commit.row.to_string(), "orders:shardId-000000000000:customer-7");
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyCommit {
+    /// The partition key's row.
+    pub row: LeaseKey,
+    /// The row's `lease_counter` when it was read (0 for a row that did not exist).
+    pub expected_counter: u64,
+    /// The key's new checkpoint, when it moved.
+    pub checkpoint: Option<Position>,
+    /// The change to the key's failing record.
+    pub failing: FailingChange,
+    /// When `DynamoDB` may delete the row (epoch seconds).
+    pub expires_at: Option<u64>,
+}
+
+impl KeyCommit {
+    /// A write of `row` that changes nothing yet, expecting the counter read.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{KeyCommit, LeaseKey};
+    /// let commit = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 3);
+    /// assert_eq!(commit.expected_counter, 3);
+    /// ```
+    #[must_use]
+    pub fn new(row: LeaseKey, expected_counter: u64) -> Self {
+        Self {
+            row,
+            expected_counter,
+            checkpoint: None,
+            failing: FailingChange::Keep,
+            expires_at: None,
+        }
+    }
+}
+
 /// What [`LeaseStore::acquire_and_read`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -506,6 +555,57 @@ pub trait LeaseStore: Send + Sync + 'static {
             let unchanged = self.read(key).await?.checkpoint.as_deref() == expected;
             let written = unchanged && self.checkpoint(key, GATE, SHARD_END).await?;
             self.release(key, GATE).await?;
+            Ok(written)
+        })
+    }
+
+    /// Reads many rows at once, in the order of `keys`: the partition-key mode reads every
+    /// partition key of a batch this way.
+    ///
+    /// The default reads them one by one; the `DynamoDB` store reads 100 per request.
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            let mut states = Vec::with_capacity(keys.len());
+            for key in keys {
+                states.push(self.read(key).await?);
+            }
+            Ok(states)
+        })
+    }
+
+    /// Writes many partition keys' rows, each only if its counter is still the one read;
+    /// returns, in order, whether each was written (`false`: another invocation wrote it).
+    ///
+    /// The default writes one row at a time through [`acquire`](Self::acquire),
+    /// [`checkpoint_position`](Self::checkpoint_position) and [`release`](Self::release): it
+    /// cannot compare counters nor keep the failing record, so it does not detect a concurrent
+    /// delivery of the same key. The `DynamoDB` store writes 100 rows per
+    /// `TransactWriteItems`, each on condition of its counter.
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        const WRITER: &str = "kinesis-checkpoint:partition-key";
+        Box::pin(async move {
+            let mut written = Vec::with_capacity(commits.len());
+            for commit in commits {
+                if !self.acquire(&commit.row, WRITER, Duration::from_secs(10)).await? {
+                    written.push(false);
+                    continue;
+                }
+                let ok = match &commit.checkpoint {
+                    Some(position) => {
+                        self.checkpoint_position(&commit.row, WRITER, position)
+                            .await?
+                    }
+                    None => true,
+                };
+                self.release(&commit.row, WRITER).await?;
+                written.push(ok);
+            }
             Ok(written)
         })
     }

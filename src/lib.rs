@@ -30,6 +30,7 @@
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
 //! | [`keyed`] | per-key concurrency within one invocation |
+//! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //!
 //! # Example
@@ -62,6 +63,7 @@ pub mod keyed;
 pub mod kpl;
 pub mod lease;
 pub mod memory;
+pub mod partition_key;
 pub mod processor;
 pub mod record;
 pub mod sequence;
@@ -77,10 +79,11 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 #[cfg(feature = "kpl")]
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, SHARD_END,
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    LeaseState, LeaseStore, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;
+pub use partition_key::Mode;
 pub use processor::{
     BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
 };

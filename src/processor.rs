@@ -36,6 +36,7 @@ use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
+use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
 
@@ -86,6 +87,8 @@ pub struct Processor<H> {
     deadline_margin: Duration,
     max_in_flight: usize,
     max_done_above: usize,
+    mode: Mode,
+    key_ttl: Duration,
 }
 
 impl<H> Clone for Processor<H> {
@@ -102,6 +105,8 @@ impl<H> Clone for Processor<H> {
             deadline_margin: self.deadline_margin,
             max_in_flight: self.max_in_flight,
             max_done_above: self.max_done_above,
+            mode: self.mode,
+            key_ttl: self.key_ttl,
         }
     }
 }
@@ -116,6 +121,7 @@ impl<H> fmt::Debug for Processor<H> {
             .field("deadline_margin", &self.deadline_margin)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_done_above", &self.max_done_above)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -359,6 +365,8 @@ impl<H: Handler> Processor<H> {
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             max_in_flight: 1,
             max_done_above: DEFAULT_MAX_DONE_ABOVE,
+            mode: Mode::Shard,
+            key_ttl: DEFAULT_KEY_TTL,
         }
     }
 
@@ -502,6 +510,55 @@ impl<H: Handler> Processor<H> {
         self
     }
 
+    /// How checkpoints are kept: [`Mode::Shard`] (the default) for an event source mapping with
+    /// `ParallelizationFactor` 1, [`Mode::PartitionKey`] for 2 to 10 (see
+    /// [`partition_key`](crate::partition_key)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .mode(Mode::PartitionKey)
+    ///     .concurrency(16);
+    /// ```
+    #[must_use]
+    pub const fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How long a partition key's row outlives its last write in [`Mode::PartitionKey`]
+    /// (default [`DEFAULT_KEY_TTL`], 8 days): set it to the stream's retention and a day.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .mode(Mode::PartitionKey)
+    ///     .key_ttl(Duration::from_hours(25));
+    /// ```
+    #[must_use]
+    pub const fn key_ttl(mut self, ttl: Duration) -> Self {
+        self.key_ttl = ttl;
+        self
+    }
+
+    pub(crate) fn store(&self) -> &dyn LeaseStore {
+        self.store.as_ref()
+    }
+
+    pub(crate) fn gate_ref(&self) -> Option<&Gate> {
+        self.gate.as_deref()
+    }
+
+    pub(crate) const fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    pub(crate) const fn key_ttl_value(&self) -> Duration {
+        self.key_ttl
+    }
+
     /// The processor as a Lambda service, for `lambda_runtime::run`.
     ///
     /// ```no_run
@@ -629,6 +686,9 @@ impl<H: Handler> Processor<H> {
 
     /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
     async fn run_shard(&self, group: ShardBatch, invocation: &Invocation) -> ShardReport {
+        if self.mode == Mode::PartitionKey {
+            return crate::partition_key::run_shard(self, group, invocation).await;
+        }
         let ShardBatch { key, entries } = group;
         let owner = invocation.owner.as_str();
         let ttl = invocation.lease_ttl(self.lease_ttl);
@@ -1029,8 +1089,18 @@ impl<H: Handler> Processor<H> {
 }
 
 impl ShardReport {
+    /// A report of `key` with room for `records`, nothing done yet.
+    pub(crate) fn empty(key: LeaseKey, records: usize) -> Self {
+        Self {
+            key,
+            records: Vec::with_capacity(records),
+            stopped: None,
+            checkpoint: None,
+        }
+    }
+
     /// Reports the first record and marks every record not attempted: the shard does nothing.
-    fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
+    pub(crate) fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
         self.records.extend(
             entries
                 .iter()
@@ -1158,7 +1228,7 @@ pub(crate) struct LeaseWatch {
 }
 
 impl LeaseWatch {
-    fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         Self {
             ttl,
             lost: AtomicBool::new(false),
@@ -1245,9 +1315,9 @@ fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
 }
 
 /// One shard's records in the order of the event.
-struct ShardBatch {
-    key: LeaseKey,
-    entries: Vec<Entry>,
+pub(crate) struct ShardBatch {
+    pub(crate) key: LeaseKey,
+    pub(crate) entries: Vec<Entry>,
 }
 
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the
