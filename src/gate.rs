@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::lease::{BoxFuture, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
-use crate::record::Record;
 use crate::memory::now_millis;
+use crate::record::Record;
 
 /// What the gate knows of one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,7 +426,10 @@ impl Gate {
         let states = store.read_rows(&rows).await?;
         let mut checkpoints = HashMap::with_capacity(rows.len());
         for (partition_key, state) in partition_keys.iter().zip(&states) {
-            checkpoints.insert(*partition_key, (state.position()?, state.lease_counter == 0));
+            checkpoints.insert(
+                *partition_key,
+                (state.position()?, state.lease_counter == 0),
+            );
         }
         let waiting = records.iter().find(|record| {
             let (checkpoint, never_read) = &checkpoints[record.partition_key()];
@@ -447,7 +450,8 @@ impl Gate {
                 )),
             }));
         }
-        self.finish(store, parent, row.checkpoint.as_deref()).await?;
+        self.finish(store, parent, row.checkpoint.as_deref())
+            .await?;
         Ok(None)
     }
 
@@ -760,7 +764,9 @@ mod kinesis {
                         .map_err(|e| failed("GetRecords", stream, &e))?;
                     for record in page.records() {
                         let sequence = record.sequence_number().parse().map_err(|e| {
-                            format!("shard {shard} of stream {stream} holds a bad sequence number: {e}")
+                            format!(
+                                "shard {shard} of stream {stream} holds a bad sequence number: {e}"
+                            )
                         })?;
                         records.push(Record::new(
                             key.clone(),
@@ -771,7 +777,11 @@ mod kinesis {
                     }
                     // A closed shard ends with a null iterator; empty pages before it are
                     // bounded, as in `exhausted`.
-                    empty_pages = if page.records().is_empty() { empty_pages + 1 } else { 0 };
+                    empty_pages = if page.records().is_empty() {
+                        empty_pages + 1
+                    } else {
+                        0
+                    };
                     if empty_pages > MAX_PAGES {
                         return Err(format!(
                             "shard {shard} of stream {stream} did not end after {MAX_PAGES} empty pages"

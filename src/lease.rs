@@ -592,7 +592,10 @@ pub trait LeaseStore: Send + Sync + 'static {
         Box::pin(async move {
             let mut written = Vec::with_capacity(commits.len());
             for commit in commits {
-                if !self.acquire(&commit.row, WRITER, Duration::from_secs(10)).await? {
+                if !self
+                    .acquire(&commit.row, WRITER, Duration::from_secs(10))
+                    .await?
+                {
                     written.push(false);
                     continue;
                 }

@@ -185,14 +185,7 @@ pub(crate) async fn run_shard<H: Handler>(
         max_done_above: usize::MAX,
     };
     let mut run = keyed::run(
-        processor,
-        &entries,
-        invocation,
-        &lease,
-        &known,
-        &is_done,
-        0,
-        limits,
+        processor, &entries, invocation, &lease, &known, &is_done, 0, limits,
     )
     .await;
 
@@ -210,7 +203,10 @@ pub(crate) async fn run_shard<H: Handler>(
             }
         }
     }
-    finish(processor, report, &entries, &run, refused, invocation, &lease).await
+    finish(
+        processor, report, &entries, &run, refused, invocation, &lease,
+    )
+    .await
 }
 
 /// A partition key's row as read.
@@ -234,9 +230,10 @@ fn key_commits(
         let Some(partition_key) = entry.partition_key() else {
             continue;
         };
-        let (checkpoint, failing, stopped) = changes
-            .entry(partition_key)
-            .or_insert((None, FailingChange::Keep, false));
+        let (checkpoint, failing, stopped) =
+            changes
+                .entry(partition_key)
+                .or_insert((None, FailingChange::Keep, false));
         match state {
             State::Done(_, cleared) if !*stopped => {
                 *checkpoint = Some(entry.position());
@@ -258,7 +255,8 @@ fn key_commits(
         .into_iter()
         .filter_map(|(partition_key, (checkpoint, failing, _))| {
             let row = &keys[partition_key];
-            let moved = checkpoint.filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
+            let moved =
+                checkpoint.filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
             if moved.is_none() && failing == FailingChange::Keep {
                 return None;
             }
@@ -343,15 +341,17 @@ async fn finish<H: Handler>(
         _ => None,
     };
     let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
-    report.records.extend(
-        entries
-            .iter()
-            .zip(run.dispositions(reported))
-            .map(|(entry, disposition)| RecordReport {
-                position: entry.position(),
-                disposition,
-            }),
-    );
+    report
+        .records
+        .extend(
+            entries
+                .iter()
+                .zip(run.dispositions(reported))
+                .map(|(entry, disposition)| RecordReport {
+                    position: entry.position(),
+                    disposition,
+                }),
+        );
     if let Some((index, reason)) = stopped {
         let sequence = entries[index].sequence().clone();
         tracing::info!(%sequence, %reason, "reporting the first record not done");
