@@ -383,20 +383,17 @@ impl DynamoLeaseStore {
                 .iter()
                 .map(|&index| self.key_update(&commits[index]))
                 .collect::<Result<Vec<_>, _>>()?;
-            let error = match self
+            let Err(error) = self
                 .client
                 .transact_write_items()
                 .set_transact_items(Some(items))
                 .send()
                 .await
-            {
-                Ok(_) => {
-                    for index in indices {
-                        written[index] = true;
-                    }
-                    return Ok(());
+            else {
+                for index in indices {
+                    written[index] = true;
                 }
-                Err(error) => error,
+                return Ok(());
             };
             let first = commits[indices[0]].row.to_string();
             let Some(TransactWriteItemsError::TransactionCanceledException(canceled)) =

@@ -14,6 +14,9 @@
 //! - a child shard waits until its parents are finished, after a split or a merge;
 //! - a poison record goes to a dead-letter sink with its payload, and the shard moves on;
 //! - KPL aggregates are unpacked, with checkpoints inside an aggregate;
+//! - records of different partition keys can run concurrently, each key in order ([`keyed`]),
+//!   and `ParallelizationFactor` above 1 is served by a checkpoint per partition key
+//!   ([`partition_key`]);
 //! - a malformed record is never skipped silently.
 //!
 //! The pieces, one module each:

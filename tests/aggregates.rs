@@ -322,28 +322,52 @@ async fn under_per_key_concurrency_sub_records_run_per_key_and_are_remembered_by
         .await
         .unwrap();
 
-    assert_eq!(reported(&first), vec![sequence(2)], "the aggregate of sub-record 1");
+    assert_eq!(
+        reported(&first),
+        vec![sequence(2)],
+        "the aggregate of sub-record 1"
+    );
     let key = LeaseKey::new(STREAM, SHARD);
     let row = store.read(&key).await.unwrap();
     let at = |sub: u64| Position::sub_record(sequence(2).parse().unwrap(), sub);
     assert_eq!(row.position().unwrap(), Some(at(0)));
     assert_eq!(
         row.done_above,
-        vec![at(2), at(3), at(5), Position::record(sequence(3).parse().unwrap())]
+        vec![
+            at(2),
+            at(3),
+            at(5),
+            Position::record(sequence(3).parse().unwrap())
+        ]
     );
 
     let again = processor
-        .process_batch(common::redeliver_from(&event, &sequence(2)), &context("r2", 60_000))
+        .process_batch(
+            common::redeliver_from(&event, &sequence(2)),
+            &context("r2", 60_000),
+        )
         .await
         .unwrap();
     assert!(again.response().batch_item_failures.is_empty());
-    assert_eq!(again.shards[0].count(Disposition::Processed), 2, "sub-records 1 and 4");
-    let seen = seen.lock().unwrap();
-    let mut subs: Vec<Option<u64>> = seen.iter().map(|s| s.1).collect();
+    assert_eq!(
+        again.shards[0].count(Disposition::Processed),
+        2,
+        "sub-records 1 and 4"
+    );
+    let mut subs: Vec<Option<u64>> = seen.lock().unwrap().iter().map(|s| s.1).collect();
     subs.sort_unstable();
     assert_eq!(
         subs,
-        [None, None, Some(0), Some(1), Some(2), Some(3), Some(4), Some(5)],
+        [
+            None,
+            None,
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(4),
+            Some(5)
+        ],
         "each once"
     );
     let row = store.read(&key).await.unwrap();

@@ -134,9 +134,19 @@ async fn the_partition_key_mode_costs_two_requests_per_hundred_keys_of_a_batch()
             count(&requests, "BatchGetItem"),
             count(&requests, "TransactWriteItems"),
         );
-        assert_eq!(count(&requests, "BatchGetItem"), usize::try_from(hundreds).unwrap());
-        assert_eq!(count(&requests, "TransactWriteItems"), usize::try_from(hundreds).unwrap());
-        assert_eq!(requests.len(), usize::try_from(2 * hundreds).unwrap(), "{requests:?}");
+        assert_eq!(
+            count(&requests, "BatchGetItem"),
+            usize::try_from(hundreds).unwrap()
+        );
+        assert_eq!(
+            count(&requests, "TransactWriteItems"),
+            usize::try_from(hundreds).unwrap()
+        );
+        assert_eq!(
+            requests.len(),
+            usize::try_from(2 * hundreds).unwrap(),
+            "{requests:?}"
+        );
         next += 1_000;
     }
     // Each key's row holds its last record; the shard has no lease row.
@@ -188,8 +198,16 @@ async fn a_key_row_written_meanwhile_is_refused_and_the_others_are_written() {
     let requests = moto.stop_recording();
 
     assert_eq!(written, vec![false, true]);
-    assert_eq!(count(&requests, "TransactWriteItems"), 2, "cancelled, then sent without a");
+    assert_eq!(
+        count(&requests, "TransactWriteItems"),
+        2,
+        "cancelled, then sent without a"
+    );
     let states = store.read_rows(&rows).await.unwrap();
-    assert_eq!(states[0].checkpoint, Some(sequence(1)), "a is left as written");
+    assert_eq!(
+        states[0].checkpoint,
+        Some(sequence(1)),
+        "a is left as written"
+    );
     assert_eq!(states[1].checkpoint, Some(sequence(2)));
 }

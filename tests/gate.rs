@@ -382,9 +382,18 @@ async fn in_the_partition_key_mode_a_child_waits_until_every_key_of_its_parent_i
         PARENT,
         "one key of the parent is not done"
     );
-    assert_eq!(deliver(&processor, stream.batch(PARENT).await, "p2").await, None);
-    assert_eq!(deliver(&processor, stream.batch(LEFT).await, "l1").await, None);
-    assert_eq!(deliver(&processor, stream.batch(RIGHT).await, "r1").await, None);
+    assert_eq!(
+        deliver(&processor, stream.batch(PARENT).await, "p2").await,
+        None
+    );
+    assert_eq!(
+        deliver(&processor, stream.batch(LEFT).await, "l1").await,
+        None
+    );
+    assert_eq!(
+        deliver(&processor, stream.batch(RIGHT).await, "r1").await,
+        None
+    );
 
     assert_eq!(
         setup.row(PARENT).await.checkpoint.as_deref(),

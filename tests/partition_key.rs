@@ -269,7 +269,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
         let handler = journal.handler(|_, _| None);
         move |record: Record| {
             let racing = racing.clone();
-            let handled = handler(record.clone());
+            let acknowledged = handler(record.clone());
             async move {
                 if n_of(&record) == 4 {
                     let row = row_key(&shard(), "key-0");
@@ -280,7 +280,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
                     ));
                     assert_eq!(racing.commit_rows(&[commit]).await.unwrap(), vec![true]);
                 }
-                handled.await
+                acknowledged.await
             }
         }
     })

@@ -25,7 +25,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             position.parse()
         })?;
     let gate = Gate::new(Arc::new(KinesisTopology::new(&config)), starting_position);
-    let mode: Mode = std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
+    let mode: Mode =
+        std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
     let max_in_flight: usize = std::env::var("MAX_IN_FLIGHT").map_or(Ok(1), |n| {
         n.parse()
             .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
