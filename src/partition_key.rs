@@ -22,7 +22,8 @@
 //!    is not written: its records are reported and come again, and its checkpoint skips what
 //!    the other delivery did.
 //! 5. Reports the lowest record not done: Lambda redelivers from it, and every record above it
-//!    that is done is skipped by its key's checkpoint.
+//!    that is done is skipped by its key's checkpoint. The shard's report carries no
+//!    checkpoint: there is none per shard.
 //!
 //! **Cost**: with K distinct partition keys in a batch, 2 × ⌈K / 100⌉ `DynamoDB` requests (one
 //! read and one write per hundred keys); a batch of 1,000 records over 100 keys costs 2, as
@@ -38,6 +39,9 @@
 //! key's checkpoint (read from the stream with [`Topology::records`](crate::gate::Topology::records)
 //! and checked against the key rows); the gate then writes `SHARD_END` on the parent's row, and
 //! remembers it for the life of the process. A parent still open holds the child.
+//!
+//! [`LeaseStore::read_rows`]: crate::LeaseStore::read_rows
+//! [`LeaseStore::commit_rows`]: crate::LeaseStore::commit_rows
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -78,6 +82,13 @@ pub enum Mode {
 }
 
 /// A mode name that is neither `shard` nor `partition-key`.
+///
+/// ```
+/// use kinesis_checkpoint::Mode;
+///
+/// let error = "parallel".parse::<Mode>().unwrap_err();
+/// assert!(error.to_string().contains("ParallelizationFactor 2 to 10"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "checkpoint mode '{0}' is neither 'shard' (ParallelizationFactor 1) nor 'partition-key' \
