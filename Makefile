@@ -8,7 +8,7 @@
 #   make invoke EVENT=events/batch.json
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors
-#   make bench      KPL de-aggregation throughput (criterion)
+#   make bench      KPL de-aggregation throughput; per-key concurrency speed-ups (criterion)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -79,6 +79,7 @@ lint:
 
 bench:
 	cargo bench --bench kpl -- --warm-up-time 1 --measurement-time 3
+	cargo bench --bench concurrency
 
 clean:
 	cargo clean

@@ -14,13 +14,17 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
 
 use crate::lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, checkpoint_and_release_by_commit,
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    LeaseState, LeaseStore, checkpoint_and_release_by_commit,
 };
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
@@ -35,6 +39,7 @@ const CHECKPOINT_SUB: &str = "checkpoint_sub";
 const PARENTS: &str = "parent_shards";
 const FAILING: &str = "failing";
 const EXPIRES_AT: &str = "expires_at";
+const DONE_ABOVE: &str = "done_above";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -304,6 +309,118 @@ impl DynamoLeaseStore {
     }
 }
 
+/// The most items one `BatchGetItem` reads and one `TransactWriteItems` writes.
+const MANY: usize = 100;
+
+/// How often unprocessed keys of a `BatchGetItem` (throttling) are asked for again.
+const UNPROCESSED_ROUNDS: u32 = 5;
+
+impl DynamoLeaseStore {
+    /// The transactional update of one partition key's row, on condition of its counter.
+    fn key_update(&self, commit: &KeyCommit) -> Result<TransactWriteItem, LeaseError> {
+        let mut clauses = Clauses::default();
+        let mut values = HashMap::from([(":one".to_owned(), AttributeValue::N("1".to_owned()))]);
+        if let Some(position) = &commit.checkpoint {
+            clauses.set.push("checkpoint = :seq");
+            values.insert(
+                ":seq".to_owned(),
+                AttributeValue::S(position.checkpoint().to_owned()),
+            );
+            match position.sub_sequence() {
+                Some(sub) => {
+                    clauses.set.push("checkpoint_sub = :sub");
+                    values.insert(":sub".to_owned(), AttributeValue::N(sub.to_string()));
+                }
+                None => clauses.remove.push(CHECKPOINT_SUB),
+            }
+        }
+        match &commit.failing {
+            FailingChange::Keep => {}
+            FailingChange::Clear => clauses.remove.push(FAILING),
+            FailingChange::Set(failing) => {
+                clauses.set.push("failing = :failing");
+                values.insert(":failing".to_owned(), failing_item(failing));
+            }
+        }
+        if let Some(expires_at) = commit.expires_at {
+            clauses.set.push("expires_at = :expires");
+            values.insert(
+                ":expires".to_owned(),
+                AttributeValue::N(expires_at.to_string()),
+            );
+        }
+        // Nobody wrote the row since it was read: every write bumps the counter.
+        let condition = if commit.expected_counter == 0 {
+            "attribute_not_exists(lease_counter)"
+        } else {
+            values.insert(
+                ":expected".to_owned(),
+                AttributeValue::N(commit.expected_counter.to_string()),
+            );
+            "lease_counter = :expected"
+        };
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(commit.row.to_string()))
+            .update_expression(clauses.expression())
+            .condition_expression(condition)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|error| -> LeaseError { Box::new(error) })?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Writes `indices` of `commits` in one transaction; a transaction cancelled because some
+    /// rows' conditions failed is sent again without them. Marks what was written.
+    async fn commit_chunk(
+        &self,
+        commits: &[KeyCommit],
+        mut indices: Vec<usize>,
+        written: &mut [bool],
+    ) -> Result<(), LeaseError> {
+        while !indices.is_empty() {
+            let items = indices
+                .iter()
+                .map(|&index| self.key_update(&commits[index]))
+                .collect::<Result<Vec<_>, _>>()?;
+            let Err(error) = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await
+            else {
+                for index in indices {
+                    written[index] = true;
+                }
+                return Ok(());
+            };
+            let first = commits[indices[0]].row.to_string();
+            let Some(TransactWriteItemsError::TransactionCanceledException(canceled)) =
+                error.as_service_error()
+            else {
+                return Err(self.failed("TransactWriteItems", &first, &error));
+            };
+            let reasons = canceled.cancellation_reasons();
+            let before = indices.len();
+            if reasons.len() == before {
+                indices = indices
+                    .into_iter()
+                    .zip(reasons)
+                    .filter(|(_, reason)| reason.code() != Some("ConditionalCheckFailed"))
+                    .map(|(index, _)| index)
+                    .collect();
+            }
+            if indices.len() == before {
+                // Cancelled for another reason than a row written meanwhile (a conflict with
+                // another transaction, throttling): nothing was written.
+                return Err(self.failed("TransactWriteItems", &first, &error));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn is_condition_failure<R>(error: &SdkError<UpdateItemError, R>) -> bool {
     error
         .as_service_error()
@@ -334,7 +451,30 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .unwrap_or_default();
     state.failing = item.get(FAILING).and_then(failing_of);
     state.expires_at = number(EXPIRES_AT);
+    state.done_above = item
+        .get(DONE_ABOVE)
+        .and_then(|v| v.as_ss().ok())
+        .map(|positions| positions_of(positions))
+        .unwrap_or_default();
     state
+}
+
+/// The positions of a `done_above` set (`sequence` or `sequence/sub`), in order. A member that
+/// is not a position was not written by this toolkit: it is ignored, so at worst its record runs
+/// again.
+fn positions_of(members: &[String]) -> Vec<Position> {
+    let mut positions: Vec<Position> = members
+        .iter()
+        .filter_map(|member| {
+            let (sequence, sub) = match member.split_once('/') {
+                Some((sequence, sub)) => (sequence, Some(sub.parse().ok()?)),
+                None => (member.as_str(), None),
+            };
+            Position::from_checkpoint(sequence, sub).ok()
+        })
+        .collect();
+    positions.sort();
+    positions
 }
 
 /// The clauses of an `UpdateItem` being built: every write bumps the fencing counter.
@@ -641,6 +781,18 @@ impl LeaseStore for DynamoLeaseStore {
                     AttributeValue::Ss(commit.parent_shards.clone()),
                 );
             }
+            match commit.done_above.as_deref() {
+                None => {}
+                // A string set cannot be empty: an empty one is removed.
+                Some([]) => clauses.remove.push(DONE_ABOVE),
+                Some(done_above) => {
+                    clauses.set.push("done_above = :done_above");
+                    request = request.expression_attribute_values(
+                        ":done_above",
+                        AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
+                    );
+                }
+            }
             clauses.remove.extend([OWNER, EXPIRY]);
             let request = request
                 .update_expression(clauses.expression())
@@ -648,6 +800,87 @@ impl LeaseStore for DynamoLeaseStore {
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await
+        })
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            let mut found: HashMap<String, HashMap<String, AttributeValue>> = HashMap::new();
+            for chunk in keys.chunks(MANY) {
+                let mut wanted = KeysAndAttributes::builder()
+                    .set_keys(Some(
+                        chunk
+                            .iter()
+                            .map(|key| {
+                                HashMap::from([(
+                                    KEY.to_owned(),
+                                    AttributeValue::S(key.to_string()),
+                                )])
+                            })
+                            .collect(),
+                    ))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|error| -> LeaseError { Box::new(error) })?;
+                for round in 0.. {
+                    let first = chunk[0].to_string();
+                    let output = self
+                        .client
+                        .batch_get_item()
+                        .request_items(&self.table, wanted)
+                        .send()
+                        .await
+                        .map_err(|error| self.failed("BatchGetItem", &first, &error))?;
+                    for item in output
+                        .responses
+                        .and_then(|mut responses| responses.remove(&self.table))
+                        .unwrap_or_default()
+                    {
+                        if let Some(AttributeValue::S(key)) = item.get(KEY) {
+                            found.insert(key.clone(), item);
+                        }
+                    }
+                    match output
+                        .unprocessed_keys
+                        .and_then(|mut unprocessed| unprocessed.remove(&self.table))
+                    {
+                        Some(rest) if !rest.keys().is_empty() => {
+                            if round >= UNPROCESSED_ROUNDS {
+                                return Err(format!(
+                                    "DynamoDB BatchGetItem on table '{}' left {} keys unread after {UNPROCESSED_ROUNDS} rounds (throttled)",
+                                    self.table,
+                                    rest.keys().len()
+                                )
+                                .into());
+                            }
+                            tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                            wanted = rest;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            Ok(keys
+                .iter()
+                .map(|key| state_of(found.get(&key.to_string())))
+                .collect())
+        })
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        Box::pin(async move {
+            let mut written = vec![false; commits.len()];
+            for start in (0..commits.len()).step_by(MANY) {
+                let indices = (start..commits.len().min(start + MANY)).collect();
+                self.commit_chunk(commits, indices, &mut written).await?;
+            }
+            Ok(written)
         })
     }
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::lease::{BoxFuture, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
 use crate::memory::now_millis;
+use crate::record::Record;
 
 /// What the gate knows of one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +120,26 @@ pub trait Topology: Send + Sync + 'static {
 
     /// How long the stream keeps records.
     fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>>;
+
+    /// Every record of the closed `shard`, oldest first: what the gate checks a parent against
+    /// in the [partition-key mode](crate::partition_key), where no shard checkpoint says how far
+    /// it got.
+    ///
+    /// The default cannot read records: it fails, and the gate holds the child (rather than
+    /// guess) until the parent's row says `SHARD_END` or the parent expires.
+    fn records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Record>, TopologyError>> {
+        Box::pin(async move {
+            Err(format!(
+                "this topology cannot read the records of shard {shard} of stream {stream}, which \
+                 the partition-key mode's gate needs"
+            )
+            .into())
+        })
+    }
 }
 
 /// Where the event source mapping starts reading a shard it has no position for.
@@ -331,6 +352,109 @@ impl Gate {
         }
     }
 
+    /// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent
+    /// is finished, why the child waits otherwise. The shard's parents come from the topology
+    /// (cached per process); a parent is finished when its row says `SHARD_END`, when it has
+    /// expired, or when it is closed and each of its records is at or below its key's
+    /// checkpoint; the gate then marks it `SHARD_END`.
+    pub(crate) async fn check_partition_keys(
+        &self,
+        store: &dyn LeaseStore,
+        key: &LeaseKey,
+    ) -> Option<Held> {
+        let parents = match self.shard(key.stream(), key.shard(), false).await {
+            Ok(Some(info)) => info.parents,
+            Ok(None) => {
+                return Some(Held::Unknown {
+                    error: format!("shard {} is not listed by the stream", key.shard()),
+                });
+            }
+            Err(error) => return held_unknown(&error).held,
+        };
+        for parent in parents {
+            let parent = LeaseKey::new(key.stream(), parent.as_str());
+            match self.parent_keys_finished(store, &parent).await {
+                Ok(None) => {}
+                Ok(Some(held)) => return Some(held),
+                Err(error) => return held_unknown(&error).held,
+            }
+        }
+        None
+    }
+
+    async fn parent_keys_finished(
+        &self,
+        store: &dyn LeaseStore,
+        parent: &LeaseKey,
+    ) -> Result<Option<Held>, LeaseError> {
+        if self.is_finished(parent) {
+            return Ok(None);
+        }
+        let row = store.read(parent).await?;
+        if row.checkpoint.as_deref() == Some(SHARD_END) {
+            self.remember_finished(parent);
+            return Ok(None);
+        }
+        let Some(info) = self.shard(parent.stream(), parent.shard(), true).await? else {
+            self.remember_finished(parent);
+            return Ok(None);
+        };
+        if !info.closed {
+            return Ok(Some(Held::ParentOpen {
+                parent: parent.shard().to_owned(),
+            }));
+        }
+        let records = self
+            .topology
+            .records(parent.stream(), parent.shard())
+            .await?;
+        #[cfg(feature = "kpl")]
+        let records: Vec<Record> = records
+            .into_iter()
+            .flat_map(|record| match crate::kpl::deaggregate(record) {
+                Ok(records) => records.into_records(),
+                Err(error) => vec![error.into_record()],
+            })
+            .collect();
+        let mut partition_keys: Vec<&str> = records.iter().map(Record::partition_key).collect();
+        partition_keys.sort_unstable();
+        partition_keys.dedup();
+        let rows: Vec<LeaseKey> = partition_keys
+            .iter()
+            .map(|partition_key| crate::partition_key::row_key(parent, partition_key))
+            .collect();
+        let states = store.read_rows(&rows).await?;
+        let mut checkpoints = HashMap::with_capacity(rows.len());
+        for (partition_key, state) in partition_keys.iter().zip(&states) {
+            checkpoints.insert(
+                *partition_key,
+                (state.position()?, state.lease_counter == 0),
+            );
+        }
+        let waiting = records.iter().find(|record| {
+            let (checkpoint, never_read) = &checkpoints[record.partition_key()];
+            let done = checkpoint
+                .as_ref()
+                .is_some_and(|checkpoint| record.position() <= *checkpoint);
+            // A key never read here may never come when the mapping does not start at the
+            // horizon; at the horizon it will.
+            !done && (!never_read || self.starting_position == StartingPosition::TrimHorizon)
+        });
+        if let Some(record) = waiting {
+            return Ok(Some(Held::Unfinished {
+                parent: parent.shard().to_owned(),
+                checkpoint: Some(format!(
+                    "record {} of partition key {} is not done",
+                    record.position(),
+                    record.partition_key()
+                )),
+            }));
+        }
+        self.finish(store, parent, row.checkpoint.as_deref())
+            .await?;
+        Ok(None)
+    }
+
     /// `None` when the parent is finished; why the child waits otherwise.
     async fn parent_finished(
         &self,
@@ -481,7 +605,8 @@ mod kinesis {
     use aws_sdk_kinesis::types::ShardIteratorType;
 
     use super::{ShardInfo, Topology, TopologyError};
-    use crate::lease::BoxFuture;
+    use crate::lease::{BoxFuture, LeaseKey};
+    use crate::record::Record;
 
     /// The most `GetRecords` pages read to prove a closed shard exhausted; past it the shard
     /// counts as not exhausted and the child waits for the next batch.
@@ -607,6 +732,65 @@ mod kinesis {
                     iterator = page.next_shard_iterator;
                 }
                 Ok(false)
+            })
+        }
+
+        fn records<'a>(
+            &'a self,
+            stream: &'a str,
+            shard: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<Record>, TopologyError>> {
+            Box::pin(async move {
+                let key = LeaseKey::new(stream, shard);
+                let mut iterator = self
+                    .client
+                    .get_shard_iterator()
+                    .stream_name(stream)
+                    .shard_id(shard)
+                    .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                    .send()
+                    .await
+                    .map_err(|e| failed("GetShardIterator", stream, &e))?
+                    .shard_iterator;
+                let mut records = Vec::new();
+                let mut empty_pages = 0;
+                while let Some(current) = iterator {
+                    let page = self
+                        .client
+                        .get_records()
+                        .shard_iterator(current)
+                        .send()
+                        .await
+                        .map_err(|e| failed("GetRecords", stream, &e))?;
+                    for record in page.records() {
+                        let sequence = record.sequence_number().parse().map_err(|e| {
+                            format!(
+                                "shard {shard} of stream {stream} holds a bad sequence number: {e}"
+                            )
+                        })?;
+                        records.push(Record::new(
+                            key.clone(),
+                            sequence,
+                            record.partition_key(),
+                            record.data().as_ref().to_vec(),
+                        ));
+                    }
+                    // A closed shard ends with a null iterator; empty pages before it are
+                    // bounded, as in `exhausted`.
+                    empty_pages = if page.records().is_empty() {
+                        empty_pages + 1
+                    } else {
+                        0
+                    };
+                    if empty_pages > MAX_PAGES {
+                        return Err(format!(
+                            "shard {shard} of stream {stream} did not end after {MAX_PAGES} empty pages"
+                        )
+                        .into());
+                    }
+                    iterator = page.next_shard_iterator;
+                }
+                Ok(records)
             })
         }
 

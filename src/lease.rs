@@ -132,6 +132,10 @@ pub struct LeaseState {
     pub failing: Option<FailingRecord>,
     /// When `DynamoDB` may delete the row (epoch seconds), set once the shard is finished.
     pub expires_at: Option<u64>,
+    /// Records done above the checkpoint, in order: per-key concurrency finishes records out of
+    /// order, and a redelivery skips these. Bounded by
+    /// [`Processor::max_done_above`](crate::Processor::max_done_above).
+    pub done_above: Vec<Position>,
 }
 
 impl LeaseState {
@@ -295,6 +299,9 @@ pub struct Commit {
     pub failing: FailingChange,
     /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
     pub parent_shards: Vec<String>,
+    /// The records done above the new checkpoint, when they changed (`Some` of an empty list
+    /// forgets them all; `None` leaves them as they are).
+    pub done_above: Option<Vec<Position>>,
 }
 
 /// [`LeaseStore::checkpoint_and_release`] for a store whose [`commit`](LeaseStore::commit)
@@ -310,6 +317,55 @@ pub(crate) fn checkpoint_and_release_by_commit<'a, S: LeaseStore + ?Sized>(
         ..Commit::default()
     };
     Box::pin(async move { store.commit(key, owner, &commit).await })
+}
+
+/// The write of one partition key's row in the partition-key mode (see
+/// [`partition_key`](crate::partition_key)): applied only if nobody wrote the row since it was
+/// read, that is if its `lease_counter` is still `expected_counter`.
+///
+/// ```
+/// use kinesis_checkpoint::partition_key::row_key;
+/// use kinesis_checkpoint::{KeyCommit, LeaseKey, Position};
+///
+/// let shard = LeaseKey::new("orders", "shardId-000000000000");
+/// let mut commit = KeyCommit::new(row_key(&shard, "customer-7"), 0);
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// assert_eq!(commit.row.to_string(), "orders:shardId-000000000000:customer-7");
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyCommit {
+    /// The partition key's row.
+    pub row: LeaseKey,
+    /// The row's `lease_counter` when it was read (0 for a row that did not exist).
+    pub expected_counter: u64,
+    /// The key's new checkpoint, when it moved.
+    pub checkpoint: Option<Position>,
+    /// The change to the key's failing record.
+    pub failing: FailingChange,
+    /// When `DynamoDB` may delete the row (epoch seconds).
+    pub expires_at: Option<u64>,
+}
+
+impl KeyCommit {
+    /// A write of `row` that changes nothing yet, expecting the counter read.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{KeyCommit, LeaseKey};
+    /// let commit = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 3);
+    /// assert_eq!(commit.expected_counter, 3);
+    /// ```
+    #[must_use]
+    pub fn new(row: LeaseKey, expected_counter: u64) -> Self {
+        Self {
+            row,
+            expected_counter,
+            checkpoint: None,
+            failing: FailingChange::Keep,
+            expires_at: None,
+        }
+    }
 }
 
 /// What [`LeaseStore::acquire_and_read`] found.
@@ -465,8 +521,9 @@ pub trait LeaseStore: Send + Sync + 'static {
     ///
     /// The default calls [`checkpoint_and_release`](Self::checkpoint_and_release) and keeps no
     /// failing record, so attempts are counted within one invocation only and a record is
-    /// dead-lettered after `max_attempts` only when it is rejected. Stores that keep `failing`
-    /// override this.
+    /// dead-lettered after `max_attempts` only when it is rejected; nor does it keep the
+    /// records done above the checkpoint (`done_above`), which a redelivery then runs again: a
+    /// duplicate, never a loss. Stores that keep `failing` and `done_above` override this.
     fn commit<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -498,6 +555,60 @@ pub trait LeaseStore: Send + Sync + 'static {
             let unchanged = self.read(key).await?.checkpoint.as_deref() == expected;
             let written = unchanged && self.checkpoint(key, GATE, SHARD_END).await?;
             self.release(key, GATE).await?;
+            Ok(written)
+        })
+    }
+
+    /// Reads many rows at once, in the order of `keys`: the partition-key mode reads every
+    /// partition key of a batch this way.
+    ///
+    /// The default reads them one by one; the `DynamoDB` store reads 100 per request.
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            let mut states = Vec::with_capacity(keys.len());
+            for key in keys {
+                states.push(self.read(key).await?);
+            }
+            Ok(states)
+        })
+    }
+
+    /// Writes many partition keys' rows, each only if its counter is still the one read;
+    /// returns, in order, whether each was written (`false`: another invocation wrote it).
+    ///
+    /// The default writes one row at a time through [`acquire`](Self::acquire),
+    /// [`checkpoint_position`](Self::checkpoint_position) and [`release`](Self::release): it
+    /// cannot compare counters nor keep the failing record, so it does not detect a concurrent
+    /// delivery of the same key. The `DynamoDB` store writes 100 rows per
+    /// `TransactWriteItems`, each on condition of its counter.
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        const WRITER: &str = "kinesis-checkpoint:partition-key";
+        Box::pin(async move {
+            let mut written = Vec::with_capacity(commits.len());
+            for commit in commits {
+                if !self
+                    .acquire(&commit.row, WRITER, Duration::from_secs(10))
+                    .await?
+                {
+                    written.push(false);
+                    continue;
+                }
+                let ok = match &commit.checkpoint {
+                    Some(position) => {
+                        self.checkpoint_position(&commit.row, WRITER, position)
+                            .await?
+                    }
+                    None => true,
+                };
+                self.release(&commit.row, WRITER).await?;
+                written.push(ok);
+            }
             Ok(written)
         })
     }

@@ -14,6 +14,9 @@
 //! - a child shard waits until its parents are finished, after a split or a merge;
 //! - a poison record goes to a dead-letter sink with its payload, and the shard moves on;
 //! - KPL aggregates are unpacked, with checkpoints inside an aggregate;
+//! - records of different partition keys can run concurrently, each key in order ([`keyed`]),
+//!   and `ParallelizationFactor` above 1 is served by a checkpoint per partition key
+//!   ([`partition_key`]);
 //! - a malformed record is never skipped silently.
 //!
 //! The pieces, one module each:
@@ -29,6 +32,8 @@
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
+//! | [`keyed`] | per-key concurrency within one invocation |
+//! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
 //!
@@ -57,12 +62,14 @@ pub mod dead_letter;
 pub mod dynamo;
 pub mod gate;
 pub mod handler;
+pub mod keyed;
 #[cfg(feature = "kpl")]
 pub mod kpl;
 pub mod lease;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod memory;
+pub mod partition_key;
 pub mod processor;
 pub mod record;
 pub mod sequence;
@@ -78,10 +85,11 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 #[cfg(feature = "kpl")]
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, SHARD_END,
+    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    LeaseState, LeaseStore, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;
+pub use partition_key::Mode;
 pub use processor::{
     BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
 };

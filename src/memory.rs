@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::lease::{
-    BoxFuture, Claim, Commit, FailingChange, LeaseError, LeaseKey, LeaseState, LeaseStore,
-    checkpoint_and_release_by_commit,
+    BoxFuture, Claim, Commit, FailingChange, KeyCommit, LeaseError, LeaseKey, LeaseState,
+    LeaseStore, checkpoint_and_release_by_commit,
 };
 use crate::sequence::Position;
 
@@ -279,10 +279,45 @@ impl LeaseStore for MemoryLeaseStore {
                     if !commit.parent_shards.is_empty() {
                         row.parent_shards.clone_from(&commit.parent_shards);
                     }
+                    if let Some(done_above) = &commit.done_above {
+                        row.done_above.clone_from(done_above);
+                    }
                     Self::free(row);
                 }
                 ours
             }))
+        })
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        Box::pin(async move {
+            let mut rows = self.lock();
+            Ok(commits
+                .iter()
+                .map(|commit| {
+                    let row = rows.entry(commit.row.clone()).or_default();
+                    let unchanged = row.lease_counter == commit.expected_counter;
+                    if unchanged {
+                        if let Some(position) = &commit.checkpoint {
+                            Self::write_position(row, position);
+                        } else {
+                            row.lease_counter += 1;
+                        }
+                        match &commit.failing {
+                            FailingChange::Keep => {}
+                            FailingChange::Set(failing) => row.failing = Some(failing.clone()),
+                            FailingChange::Clear => row.failing = None,
+                        }
+                        if commit.expires_at.is_some() {
+                            row.expires_at = commit.expires_at;
+                        }
+                    }
+                    unchanged
+                })
+                .collect())
         })
     }
 }

@@ -31,10 +31,12 @@ use tracing::Instrument;
 use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetterSink};
 use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
+pub use crate::keyed::DEFAULT_MAX_DONE_ABOVE;
 use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
+use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
 
@@ -83,6 +85,10 @@ pub struct Processor<H> {
     max_attempts: u32,
     lease_ttl: Duration,
     deadline_margin: Duration,
+    max_in_flight: usize,
+    max_done_above: usize,
+    mode: Mode,
+    key_ttl: Duration,
 }
 
 impl<H> Clone for Processor<H> {
@@ -97,6 +103,10 @@ impl<H> Clone for Processor<H> {
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
             deadline_margin: self.deadline_margin,
+            max_in_flight: self.max_in_flight,
+            max_done_above: self.max_done_above,
+            mode: self.mode,
+            key_ttl: self.key_ttl,
         }
     }
 }
@@ -109,6 +119,9 @@ impl<H> fmt::Debug for Processor<H> {
             .field("max_attempts", &self.max_attempts)
             .field("lease_ttl", &self.lease_ttl)
             .field("deadline_margin", &self.deadline_margin)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_done_above", &self.max_done_above)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -150,6 +163,9 @@ pub enum Disposition {
     /// The handler ran, but the checkpoint could not be written (the lease was lost or the
     /// store failed): Lambda delivers it again and it runs again.
     Uncheckpointed,
+    /// The handler failed on it, but a lower record of another partition key is the one
+    /// reported (per-key concurrency): delivered again with it.
+    Failed,
 }
 
 impl fmt::Display for Disposition {
@@ -161,6 +177,7 @@ impl fmt::Display for Disposition {
             Self::NotAttempted => "not attempted",
             Self::Uncheckpointed => "processed, not checkpointed",
             Self::DeadLettered => "dead-lettered",
+            Self::Failed => "failed (a lower record is reported)",
         })
     }
 }
@@ -346,6 +363,10 @@ impl<H: Handler> Processor<H> {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            max_in_flight: 1,
+            max_done_above: DEFAULT_MAX_DONE_ABOVE,
+            mode: Mode::Shard,
+            key_ttl: DEFAULT_KEY_TTL,
         }
     }
 
@@ -447,6 +468,95 @@ impl<H: Handler> Processor<H> {
     pub const fn deadline_margin(mut self, margin: Duration) -> Self {
         self.deadline_margin = margin;
         self
+    }
+
+    /// Runs records of different partition keys concurrently, up to `max_in_flight` at once,
+    /// and the records of one key strictly in order (see [`keyed`](crate::keyed)). 1, the
+    /// default, runs the whole shard in order, one record at a time.
+    ///
+    /// When a record of a key fails, no later record of that key runs; other keys go on. The
+    /// checkpoint is the highest position below which every record is done, the records done
+    /// above it are remembered in the row (at most [`max_done_above`](Self::max_done_above)) so
+    /// that a redelivery skips them, and the record reported is the lowest one not done.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .concurrency(32);
+    /// ```
+    #[must_use]
+    pub fn concurrency(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight.max(1);
+        self
+    }
+
+    /// How many records done above the checkpoint the row may remember (default
+    /// [`DEFAULT_MAX_DONE_ABOVE`]), under per-key [`concurrency`](Self::concurrency). At the
+    /// bound, no new record starts above the lowest one not done: the rest of the batch is not
+    /// attempted and comes back with the redelivery, so nothing runs twice and the row stays
+    /// small (a `DynamoDB` item holds 400 KB; a position takes about 60 bytes).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .concurrency(32)
+    ///     .max_done_above(500);
+    /// ```
+    #[must_use]
+    pub fn max_done_above(mut self, positions: usize) -> Self {
+        self.max_done_above = positions.max(1);
+        self
+    }
+
+    /// How checkpoints are kept: [`Mode::Shard`] (the default) for an event source mapping with
+    /// `ParallelizationFactor` 1, [`Mode::PartitionKey`] for 2 to 10 (see
+    /// [`partition_key`](crate::partition_key)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .mode(Mode::PartitionKey)
+    ///     .concurrency(16);
+    /// ```
+    #[must_use]
+    pub const fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How long a partition key's row outlives its last write in [`Mode::PartitionKey`]
+    /// (default [`DEFAULT_KEY_TTL`], 8 days): set it to the stream's retention and a day.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .mode(Mode::PartitionKey)
+    ///     .key_ttl(Duration::from_hours(25));
+    /// ```
+    #[must_use]
+    pub const fn key_ttl(mut self, ttl: Duration) -> Self {
+        self.key_ttl = ttl;
+        self
+    }
+
+    pub(crate) fn store(&self) -> &dyn LeaseStore {
+        self.store.as_ref()
+    }
+
+    pub(crate) fn gate_ref(&self) -> Option<&Gate> {
+        self.gate.as_deref()
+    }
+
+    pub(crate) const fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    pub(crate) const fn key_ttl_value(&self) -> Duration {
+        self.key_ttl
     }
 
     /// The processor as a Lambda service, for `lambda_runtime::run`.
@@ -578,6 +688,9 @@ impl<H: Handler> Processor<H> {
 
     /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
     async fn run_shard(&self, group: ShardBatch, invocation: &Invocation) -> ShardReport {
+        if self.mode == Mode::PartitionKey {
+            return crate::partition_key::run_shard(self, group, invocation).await;
+        }
         let ShardBatch { key, entries } = group;
         let owner = invocation.owner.as_str();
         let ttl = invocation.lease_ttl(self.lease_ttl);
@@ -615,7 +728,7 @@ impl<H: Handler> Processor<H> {
         let lease = LeaseWatch::new(ttl);
         let dispatched = tokio::select! {
             biased;
-            dispatched = self.dispatch(pending, invocation, &lease, state.failing) => dispatched,
+            dispatched = self.dispatch(pending, invocation, &lease, state.failing, &state.done_above) => dispatched,
             () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
         };
 
@@ -624,8 +737,20 @@ impl<H: Handler> Processor<H> {
             .done_through
             .clone()
             .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
+        let done_above = crate::keyed::remembered(
+            &state.done_above,
+            &dispatched.done_above,
+            progress.as_ref().or(checkpoint.as_ref()),
+        );
         let (dispositions, stopped) = self
-            .commit(&key, owner, progress.as_ref(), parent_shards, dispatched)
+            .commit(
+                &key,
+                owner,
+                progress.as_ref(),
+                parent_shards,
+                done_above,
+                dispatched,
+            )
             .await;
         if stopped
             .as_ref()
@@ -718,6 +843,7 @@ impl<H: Handler> Processor<H> {
         owner: &str,
         progress: Option<&Position>,
         parent_shards: Vec<String>,
+        done_above: Option<Vec<Position>>,
         dispatched: Dispatched,
     ) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
         let Dispatched {
@@ -730,20 +856,21 @@ impl<H: Handler> Processor<H> {
             checkpoint: progress.cloned(),
             failing,
             parent_shards,
+            done_above,
         };
         let reason = match self.store.commit(key, owner, &commit).await {
             Ok(true) => return (dispositions, stopped),
             Ok(false) => StopReason::CheckpointFenced,
             Err(error) => StopReason::CheckpointFailed(error.to_string()),
         };
-        let Some(progress) = progress else {
+        if progress.is_none() && !dispositions.contains(&Disposition::Processed) {
             tracing::warn!(%reason, "could not release the lease; it lapses by itself");
             return (dispositions, stopped);
-        };
+        }
         tracing::error!(
             stream = key.stream(),
             shard = key.shard(),
-            checkpoint = %progress,
+            checkpoint = progress.map(tracing::field::display),
             %reason,
             "could not checkpoint; reporting from the first record processed in this invocation"
         );
@@ -754,18 +881,37 @@ impl<H: Handler> Processor<H> {
                 first.get_or_insert(index);
             }
         }
-        (dispositions, first.map(|index| (index, reason)).or(stopped))
+        // Under per-key concurrency a record that failed may lie below the first one processed:
+        // the lower of the two is reported, or Lambda would skip it.
+        let stopped = match (first, stopped) {
+            (Some(first), Some((index, stop))) if index < first => Some((index, stop)),
+            (Some(first), _) => Some((first, reason)),
+            (None, stopped) => stopped,
+        };
+        (dispositions, stopped)
     }
 
     /// Runs the handler over `pending` in order until a record is not done, dead-lettering the
-    /// records that can never be.
+    /// records that can never be, and skipping those the row remembers as done above the
+    /// checkpoint. With per-key concurrency, [`keyed::dispatch`](crate::keyed) does it.
     async fn dispatch(
         &self,
         pending: &[Entry],
         invocation: &Invocation,
         lease: &LeaseWatch,
         failing: Option<FailingRecord>,
+        done_above: &[Position],
     ) -> Dispatched {
+        if self.max_in_flight > 1 {
+            let limits = crate::keyed::Limits {
+                max_in_flight: self.max_in_flight,
+                max_done_above: self.max_done_above,
+            };
+            return crate::keyed::dispatch(
+                self, pending, invocation, lease, failing, done_above, limits,
+            )
+            .await;
+        }
         let mut failing = Failing {
             known: failing,
             change: FailingChange::Keep,
@@ -773,6 +919,11 @@ impl<H: Handler> Processor<H> {
         let mut dispositions = vec![Disposition::NotAttempted; pending.len()];
         let mut done_through = None;
         for (index, entry) in pending.iter().enumerate() {
+            if done_above.binary_search(&entry.position()).is_ok() {
+                dispositions[index] = Disposition::Duplicate;
+                done_through = Some(entry.position());
+                continue;
+            }
             match self.attempt(entry, invocation, lease, &mut failing).await {
                 Ok(disposition) => {
                     dispositions[index] = disposition;
@@ -786,6 +937,7 @@ impl<H: Handler> Processor<H> {
                         done_through,
                         stopped: Some((index, reason)),
                         failing: failing.change,
+                        done_above: Vec::new(),
                     };
                 }
             }
@@ -795,12 +947,13 @@ impl<H: Handler> Processor<H> {
             done_through,
             stopped: None,
             failing: failing.change,
+            done_above: Vec::new(),
         }
     }
 
     /// Runs one record, unless something says the shard must stop before it. A record that
     /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
-    async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         entry: &Entry,
         invocation: &Invocation,
@@ -938,8 +1091,18 @@ impl<H: Handler> Processor<H> {
 }
 
 impl ShardReport {
+    /// A report of `key` with room for `records`, nothing done yet.
+    pub(crate) fn empty(key: LeaseKey, records: usize) -> Self {
+        Self {
+            key,
+            records: Vec::with_capacity(records),
+            stopped: None,
+            checkpoint: None,
+        }
+    }
+
     /// Reports the first record and marks every record not attempted: the shard does nothing.
-    fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
+    pub(crate) fn stop_all(mut self, entries: &[Entry], reason: StopReason) -> Self {
         self.records.extend(
             entries
                 .iter()
@@ -961,21 +1124,23 @@ impl ShardReport {
 }
 
 /// The result of dispatching the pending records.
-struct Dispatched {
+pub(crate) struct Dispatched {
     /// One per pending record.
-    dispositions: Vec<Disposition>,
+    pub(crate) dispositions: Vec<Disposition>,
     /// The position below which (inclusive) every pending record is done.
-    done_through: Option<Position>,
+    pub(crate) done_through: Option<Position>,
     /// The index of the record to report, and why.
-    stopped: Option<(usize, StopReason)>,
+    pub(crate) stopped: Option<(usize, StopReason)>,
     /// What to remember of the record that failed.
-    failing: FailingChange,
+    pub(crate) failing: FailingChange,
+    /// Records done above `done_through`, in order (per-key concurrency only).
+    pub(crate) done_above: Vec<Position>,
 }
 
 /// The failing record as dispatch goes: the one the row remembered, and the change to write.
-struct Failing {
-    known: Option<FailingRecord>,
-    change: FailingChange,
+pub(crate) struct Failing {
+    pub(crate) known: Option<FailingRecord>,
+    pub(crate) change: FailingChange,
 }
 
 impl Failing {
@@ -1005,7 +1170,7 @@ impl Failing {
 const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
 
 /// This invocation's identity and deadline.
-struct Invocation {
+pub(crate) struct Invocation {
     owner: String,
     /// Epoch milliseconds; `None` when the context has none (a test's default context).
     deadline: Option<u64>,
@@ -1058,14 +1223,14 @@ impl Invocation {
 }
 
 /// The lease as dispatch sees it: lost when a renew was refused or when it lapsed without one.
-struct LeaseWatch {
+pub(crate) struct LeaseWatch {
     ttl: Duration,
     lost: AtomicBool,
     lapses_at: AtomicU64,
 }
 
 impl LeaseWatch {
-    fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         Self {
             ttl,
             lost: AtomicBool::new(false),
@@ -1089,7 +1254,7 @@ impl LeaseWatch {
 
 /// One item of a shard's batch: a record, or a malformed one that stops the shard where it
 /// stands.
-enum Entry {
+pub(crate) enum Entry {
     Record(Record),
     Malformed(MalformedRecord, SequenceNumber),
     AfterMalformed(Record),
@@ -1100,7 +1265,18 @@ enum Entry {
 }
 
 impl Entry {
-    fn sequence(&self) -> &SequenceNumber {
+    /// The partition key the record runs under, or `None` for an entry that stops the shard
+    /// where it stands (a malformed record, or one after it).
+    pub(crate) fn partition_key(&self) -> Option<&str> {
+        match self {
+            Self::Record(record) => Some(record.partition_key()),
+            Self::Malformed(..) | Self::AfterMalformed(_) => None,
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => Some(error.record().partition_key()),
+        }
+    }
+
+    pub(crate) fn sequence(&self) -> &SequenceNumber {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
             Self::Malformed(_, sequence) => sequence,
@@ -1109,7 +1285,7 @@ impl Entry {
         }
     }
 
-    fn position(&self) -> Position {
+    pub(crate) fn position(&self) -> Position {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.position(),
             Self::Malformed(_, sequence) => Position::record(sequence.clone()),
@@ -1141,9 +1317,9 @@ fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
 }
 
 /// One shard's records in the order of the event.
-struct ShardBatch {
-    key: LeaseKey,
-    entries: Vec<Entry>,
+pub(crate) struct ShardBatch {
+    pub(crate) key: LeaseKey,
+    pub(crate) entries: Vec<Entry>,
 }
 
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the

@@ -300,3 +300,77 @@ async fn dynamodb_keeps_the_sub_sequence_of_a_checkpoint_inside_an_aggregate() {
     assert_eq!(row.checkpoint_sub, Some(9), "the whole aggregate is done");
     assert_eq!(seen.lock().unwrap().len(), 10);
 }
+
+#[tokio::test]
+async fn under_per_key_concurrency_sub_records_run_per_key_and_are_remembered_by_sub_sequence() {
+    let seen = Seen::default();
+    let store = Arc::new(MemoryLeaseStore::new());
+    // Sub-records 0..6 are keyed a, b, a, c, b, c: sub-record 1 (b) fails once, so 4 (b) waits.
+    let processor = Processor::new(
+        store.clone(),
+        handler(&seen, Some((1, Outcome::retry("busy")))),
+    )
+    .concurrency(4);
+    let event = common::event(&[
+        plain(1, "before"),
+        aggregate(2, "many_partition_keys"),
+        plain(3, "after"),
+    ]);
+
+    let first = processor
+        .process(event.clone(), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        reported(&first),
+        vec![sequence(2)],
+        "the aggregate of sub-record 1"
+    );
+    let key = LeaseKey::new(STREAM, SHARD);
+    let row = store.read(&key).await.unwrap();
+    let at = |sub: u64| Position::sub_record(sequence(2).parse().unwrap(), sub);
+    assert_eq!(row.position().unwrap(), Some(at(0)));
+    assert_eq!(
+        row.done_above,
+        vec![
+            at(2),
+            at(3),
+            at(5),
+            Position::record(sequence(3).parse().unwrap())
+        ]
+    );
+
+    let again = processor
+        .process_batch(
+            common::redeliver_from(&event, &sequence(2)),
+            &context("r2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(again.response().batch_item_failures.is_empty());
+    assert_eq!(
+        again.shards[0].count(Disposition::Processed),
+        2,
+        "sub-records 1 and 4"
+    );
+    let mut subs: Vec<Option<u64>> = seen.lock().unwrap().iter().map(|s| s.1).collect();
+    subs.sort_unstable();
+    assert_eq!(
+        subs,
+        [
+            None,
+            None,
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(4),
+            Some(5)
+        ],
+        "each once"
+    );
+    let row = store.read(&key).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(3)));
+    assert!(row.done_above.is_empty());
+}

@@ -340,3 +340,65 @@ async fn a_parent_gone_from_the_stream_counts_as_finished() {
     );
     assert_eq!(log.all().len(), 1);
 }
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_child_waits_until_every_key_of_its_parent_is_done() {
+    let setup = setup().await;
+    let stream = &setup.stream;
+    let keys: Vec<String> = (0..4).map(|k| format!("customer-{k}")).collect();
+    let mut n = 0;
+    for _ in 0..2 {
+        for key in &keys {
+            stream.put(key, n).await;
+            n += 1;
+        }
+    }
+    stream.split(PARENT).await;
+    for key in &keys {
+        stream.put(key, n).await;
+        n += 1;
+    }
+    let log = Log::default();
+    let kinesis_config = common::moto::sdk_config(&kinesis().endpoint, 1).await;
+    // Record 1 fails once: its key is not done after the parent's first batch.
+    let processor = Processor::new(Arc::new(setup.store.clone()), log.handler(Some(1)))
+        .gate(Gate::new(
+            Arc::new(KinesisTopology::new(&kinesis_config)),
+            StartingPosition::TrimHorizon,
+        ))
+        .mode(kinesis_checkpoint::Mode::PartitionKey)
+        .concurrency(4);
+
+    assert_eq!(
+        held_by(deliver(&processor, setup.child_with_records().await, "c1").await),
+        PARENT
+    );
+    assert!(matches!(
+        deliver(&processor, stream.batch(PARENT).await, "p1").await,
+        Some(StopReason::Retry(_))
+    ));
+    assert_eq!(
+        held_by(deliver(&processor, setup.child_with_records().await, "c2").await),
+        PARENT,
+        "one key of the parent is not done"
+    );
+    assert_eq!(
+        deliver(&processor, stream.batch(PARENT).await, "p2").await,
+        None
+    );
+    assert_eq!(
+        deliver(&processor, stream.batch(LEFT).await, "l1").await,
+        None
+    );
+    assert_eq!(
+        deliver(&processor, stream.batch(RIGHT).await, "r1").await,
+        None
+    );
+
+    assert_eq!(
+        setup.row(PARENT).await.checkpoint.as_deref(),
+        Some(SHARD_END),
+        "the gate marked the parent finished"
+    );
+    assert_order_per_key(&log.all(), usize::try_from(n).unwrap());
+}

@@ -2,13 +2,16 @@
 //! applied once. Configuration from the environment: `LEASE_TABLE`, `LEDGER_TABLE`,
 //! `DEAD_LETTER_QUEUE_URL` (optional: without it a poison record is retried, never dropped),
 //! `MAX_ATTEMPTS` (default 3), `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the
-//! parent gate's rule for parents it never saw), and the SDK's own variables (`AWS_ENDPOINT_URL`
-//! points it at local servers, `AWS_ENDPOINT_URL_KINESIS` at a local Kinesis only).
+//! parent gate's rule for parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a
+//! mapping with `ParallelizationFactor` 1; `partition-key` for 2 to 10), `MAX_IN_FLIGHT` (records
+//! of different partition keys run at once, default 1: in order), and the SDK's own variables
+//! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_KINESIS` at a local Kinesis
+//! only).
 
 use std::sync::Arc;
 
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition};
-use kinesis_checkpoint::{DynamoLeaseStore, Processor, SqsDeadLetters};
+use kinesis_checkpoint::{DynamoLeaseStore, Mode, Processor, SqsDeadLetters};
 use ledger::{DynamoBook, required};
 
 #[tokio::main]
@@ -22,7 +25,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             position.parse()
         })?;
     let gate = Gate::new(Arc::new(KinesisTopology::new(&config)), starting_position);
-    let mut processor = Processor::new(leases, ledger::handler(book)).gate(gate);
+    let mode: Mode =
+        std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
+    let max_in_flight: usize = std::env::var("MAX_IN_FLIGHT").map_or(Ok(1), |n| {
+        n.parse()
+            .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
+    })?;
+    let mut processor = Processor::new(leases, ledger::handler(book))
+        .gate(gate)
+        .mode(mode)
+        .concurrency(max_in_flight);
     if let Ok(queue) = std::env::var("DEAD_LETTER_QUEUE_URL") {
         processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(&config, queue)));
     }

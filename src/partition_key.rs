@@ -1,0 +1,372 @@
+//! The partition-key mode, for event source mappings with `ParallelizationFactor` above 1.
+//!
+//! With `ParallelizationFactor` N (2 to 10), Lambda runs up to N batches of one shard at once,
+//! split by partition key: order holds per key, not per shard. A shard lease would let one of
+//! them run and turn the others away, and a shard checkpoint would skip records of other keys
+//! that are still running elsewhere. So in this mode ([`Mode::PartitionKey`]) there is no shard
+//! lease and no shard checkpoint: every partition key has a row of its own, keyed
+//! `stream:shard:partition-key` in the same table, holding the key's checkpoint, its failing
+//! record and a TTL. One invocation:
+//!
+//! 1. Gates the shard: a child shard waits until each parent is finished (see below).
+//! 2. Reads the rows of the batch's partition keys ([`LeaseStore::read_rows`]: 100 per
+//!    `BatchGetItem`, read consistently).
+//! 3. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
+//!    key (concurrently with [`Processor::concurrency`](crate::Processor::concurrency) above 1,
+//!    otherwise one record at a time); a key stops at its first failure, dead letters as in the
+//!    shard mode, with attempts counted in the key's row.
+//! 4. Writes each key's row whose checkpoint or failing record changed
+//!    ([`LeaseStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
+//!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
+//!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
+//!    is not written: its records are reported and come again, and its checkpoint skips what
+//!    the other delivery did.
+//! 5. Reports the lowest record not done: Lambda redelivers from it, and every record above it
+//!    that is done is skipped by its key's checkpoint. The shard's report carries no
+//!    checkpoint: there is none per shard.
+//!
+//! **Cost**: with K distinct partition keys in a batch, 2 × ⌈K / 100⌉ `DynamoDB` requests (one
+//! read and one write per hundred keys); a batch of 1,000 records over 100 keys costs 2, as
+//! the shard mode does. Keys whose records were all duplicates are not written. Each row
+//! written costs twice the write capacity of a plain write (transactions do).
+//!
+//! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
+//! stream retention of 7) after their last write: a key silent for longer than the stream
+//! keeps records cannot be redelivered.
+//!
+//! **The gate**: a parent shard is finished when its shard row says `SHARD_END`, when it has
+//! expired from the stream, or when it is closed and every record in it is at or below its
+//! key's checkpoint (read from the stream with [`Topology::records`](crate::gate::Topology::records)
+//! and checked against the key rows); the gate then writes `SHARD_END` on the parent's row, and
+//! remembers it for the life of the process. A parent still open holds the child.
+//!
+//! [`LeaseStore::read_rows`]: crate::LeaseStore::read_rows
+//! [`LeaseStore::commit_rows`]: crate::LeaseStore::commit_rows
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::handler::Handler;
+use crate::keyed::{self, Limits, State};
+use crate::lease::{FailingChange, KeyCommit, LeaseKey, LeaseState};
+use crate::memory::now_millis;
+use crate::processor::{
+    Disposition, Entry, Invocation, LeaseWatch, Processor, RecordReport, ShardBatch, ShardReport,
+    StopReason,
+};
+use crate::sequence::Position;
+
+/// How a processor keeps its checkpoints: which fits the event source mapping's
+/// `ParallelizationFactor`.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
+///
+/// // ParallelizationFactor above 1:
+/// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+///     .mode(Mode::PartitionKey);
+/// assert_eq!("partition-key".parse::<Mode>()?, Mode::PartitionKey);
+/// # Ok::<(), kinesis_checkpoint::partition_key::UnknownMode>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One lease and one checkpoint per shard: for `ParallelizationFactor` 1 (the default).
+    /// A concurrent delivery of the shard processes nothing.
+    #[default]
+    Shard,
+    /// A checkpoint per partition key and no shard lease: for `ParallelizationFactor` 2 to 10,
+    /// where Lambda runs several batches of one shard at once.
+    PartitionKey,
+}
+
+/// A mode name that is neither `shard` nor `partition-key`.
+///
+/// ```
+/// use kinesis_checkpoint::Mode;
+///
+/// let error = "parallel".parse::<Mode>().unwrap_err();
+/// assert!(error.to_string().contains("ParallelizationFactor 2 to 10"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "checkpoint mode '{0}' is neither 'shard' (ParallelizationFactor 1) nor 'partition-key' \
+     (ParallelizationFactor 2 to 10)"
+)]
+pub struct UnknownMode(String);
+
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "shard" => Ok(Self::Shard),
+            "partition-key" => Ok(Self::PartitionKey),
+            other => Err(UnknownMode(other.to_owned())),
+        }
+    }
+}
+
+/// How long a partition key's row outlives its last write, by default: a week's retention and
+/// a day.
+pub const DEFAULT_KEY_TTL: Duration = Duration::from_hours(8 * 24);
+
+/// The row of `partition_key` on the shard of `shard`: `stream:shard:partition-key`. A shard's
+/// own row has one colon, a key's row two or more, so the two never meet.
+///
+/// ```
+/// use kinesis_checkpoint::LeaseKey;
+/// use kinesis_checkpoint::partition_key::row_key;
+///
+/// let row = row_key(&LeaseKey::new("orders", "shardId-000000000000"), "customer-7");
+/// assert_eq!(row.to_string(), "orders:shardId-000000000000:customer-7");
+/// ```
+#[must_use]
+pub fn row_key(shard: &LeaseKey, partition_key: &str) -> LeaseKey {
+    LeaseKey::new(shard.stream(), format!("{}:{partition_key}", shard.shard()))
+}
+
+/// Gate, read the keys' rows, dispatch, write the rows, report: one shard's records in the
+/// partition-key mode.
+pub(crate) async fn run_shard<H: Handler>(
+    processor: &Processor<H>,
+    group: ShardBatch,
+    invocation: &Invocation,
+) -> ShardReport {
+    let ShardBatch { key, entries } = group;
+    let report = ShardReport::empty(key.clone(), entries.len());
+    if let Some(gate) = processor.gate_ref()
+        && let Some(held) = gate.check_partition_keys(processor.store(), &key).await
+    {
+        tracing::warn!(%held, "holding the shard back until its parents are finished");
+        return report.stop_all(&entries, StopReason::Held(held));
+    }
+
+    // The rows of the batch's partition keys, read at once.
+    let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::partition_key).collect();
+    partition_keys.sort_unstable();
+    partition_keys.dedup();
+    let rows: Vec<LeaseKey> = partition_keys
+        .iter()
+        .map(|partition_key| row_key(&key, partition_key))
+        .collect();
+    let states = match processor.store().read_rows(&rows).await {
+        Ok(states) => states,
+        Err(error) => {
+            tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
+            return report.stop_all(&entries, StopReason::Store(error.to_string()));
+        }
+    };
+    let mut keys: HashMap<&str, KeyRow> = HashMap::with_capacity(rows.len());
+    for ((partition_key, row), state) in partition_keys.iter().zip(rows).zip(states) {
+        let checkpoint = match state.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, row = %row, "a partition key's checkpoint is unreadable; processing nothing");
+                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+            }
+        };
+        keys.insert(
+            partition_key,
+            KeyRow {
+                row,
+                checkpoint,
+                state,
+            },
+        );
+    }
+
+    // Dispatch per key; no lease can be lost, so the watch never lapses.
+    let lease = LeaseWatch::new(Duration::MAX);
+    let is_done = |entry: &Entry| {
+        entry.partition_key().is_some_and(|partition_key| {
+            keys[partition_key]
+                .checkpoint
+                .as_ref()
+                .is_some_and(|checkpoint| entry.position() <= *checkpoint)
+        })
+    };
+    let known = |partition_key: &str| {
+        keys.get(partition_key)
+            .and_then(|row| row.state.failing.clone())
+    };
+    let limits = Limits {
+        max_in_flight: processor.max_in_flight(),
+        max_done_above: usize::MAX,
+    };
+    let mut run = keyed::run(
+        processor, &entries, invocation, &lease, &known, &is_done, 0, limits,
+    )
+    .await;
+
+    let commits = key_commits(&entries, &run, &keys, processor.key_ttl_value());
+    let refused = write(processor, &commits).await;
+    if !refused.is_empty() {
+        // Those keys' records run again when redelivered: mark them so, and report from the
+        // first of them if it is lower than the first record not done.
+        for (index, state) in run.states.iter_mut().enumerate() {
+            let refused_key = entries[index]
+                .partition_key()
+                .is_some_and(|partition_key| refused.iter().any(|(k, _)| k == partition_key));
+            if refused_key && matches!(state, State::Done(Disposition::Processed, _)) {
+                *state = State::Done(Disposition::Uncheckpointed, false);
+            }
+        }
+    }
+    finish(
+        processor, report, &entries, &run, refused, invocation, &lease,
+    )
+    .await
+}
+
+/// A partition key's row as read.
+struct KeyRow {
+    row: LeaseKey,
+    checkpoint: Option<Position>,
+    state: LeaseState,
+}
+
+/// The write each key needs: its new checkpoint (the last record of the key done, in order)
+/// and the change to its failing record. Keys with nothing to change are left out.
+fn key_commits(
+    entries: &[Entry],
+    run: &keyed::Run,
+    keys: &HashMap<&str, KeyRow>,
+    ttl: Duration,
+) -> Vec<(String, KeyCommit)> {
+    let expires_at = (now_millis() / 1_000).saturating_add(ttl.as_secs());
+    let mut changes: HashMap<&str, (Option<Position>, FailingChange, bool)> = HashMap::new();
+    for (entry, state) in entries.iter().zip(&run.states) {
+        let Some(partition_key) = entry.partition_key() else {
+            continue;
+        };
+        let (checkpoint, failing, stopped) =
+            changes
+                .entry(partition_key)
+                .or_insert((None, FailingChange::Keep, false));
+        match state {
+            State::Done(_, cleared) if !*stopped => {
+                *checkpoint = Some(entry.position());
+                if *cleared {
+                    *failing = FailingChange::Clear;
+                }
+            }
+            State::Failed {
+                counted: Some(counted),
+                ..
+            } if !*stopped => {
+                *failing = FailingChange::Set(counted.clone());
+                *stopped = true;
+            }
+            _ => *stopped = true,
+        }
+    }
+    let mut commits: Vec<(String, KeyCommit)> = changes
+        .into_iter()
+        .filter_map(|(partition_key, (checkpoint, failing, _))| {
+            let row = &keys[partition_key];
+            let moved =
+                checkpoint.filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
+            if moved.is_none() && failing == FailingChange::Keep {
+                return None;
+            }
+            let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+            commit.checkpoint = moved;
+            commit.failing = failing;
+            commit.expires_at = Some(expires_at);
+            Some((partition_key.to_owned(), commit))
+        })
+        .collect();
+    commits.sort_by(|a, b| a.0.cmp(&b.0));
+    commits
+}
+
+/// Writes the keys' rows; returns the keys whose row was not written, and why.
+async fn write<H: Handler>(
+    processor: &Processor<H>,
+    commits: &[(String, KeyCommit)],
+) -> Vec<(String, StopReason)> {
+    if commits.is_empty() {
+        return Vec::new();
+    }
+    let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
+    match processor.store().commit_rows(&rows).await {
+        Ok(written) => commits
+            .iter()
+            .zip(written)
+            .filter(|(_, written)| !written)
+            .map(|((partition_key, commit), _)| {
+                tracing::error!(
+                    row = %commit.row,
+                    "another invocation wrote the partition key's row meanwhile; its records are reported"
+                );
+                (partition_key.clone(), StopReason::CheckpointFenced)
+            })
+            .collect(),
+        Err(error) => {
+            tracing::error!(%error, "could not write the partition keys' rows; reporting their records");
+            commits
+                .iter()
+                .map(|(partition_key, _)| {
+                    (
+                        partition_key.clone(),
+                        StopReason::CheckpointFailed(error.to_string()),
+                    )
+                })
+                .collect()
+        }
+    }
+}
+
+/// The shard's report: every record's disposition, and the lowest record not done (or not
+/// recorded) as the one reported.
+async fn finish<H: Handler>(
+    processor: &Processor<H>,
+    mut report: ShardReport,
+    entries: &[Entry],
+    run: &keyed::Run,
+    refused: Vec<(String, StopReason)>,
+    invocation: &Invocation,
+    lease: &LeaseWatch,
+) -> ShardReport {
+    let lowest = run.lowest_not_done();
+    let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
+        matches!(state, State::Done(Disposition::Uncheckpointed, _))
+            && entry.partition_key().is_some()
+    });
+    let stopped = match first_refused {
+        Some(index) if index < lowest => {
+            let partition_key = entries[index].partition_key().unwrap_or_default();
+            let reason = refused
+                .into_iter()
+                .find(|(k, _)| k == partition_key)
+                .map_or(StopReason::CheckpointFenced, |(_, reason)| reason);
+            Some((index, reason))
+        }
+        _ if lowest < entries.len() => Some((
+            lowest,
+            run.reason(lowest, processor, entries, invocation, lease)
+                .await,
+        )),
+        _ => None,
+    };
+    let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
+    report
+        .records
+        .extend(
+            entries
+                .iter()
+                .zip(run.dispositions(reported))
+                .map(|(entry, disposition)| RecordReport {
+                    position: entry.position(),
+                    disposition,
+                }),
+        );
+    if let Some((index, reason)) = stopped {
+        let sequence = entries[index].sequence().clone();
+        tracing::info!(%sequence, %reason, "reporting the first record not done");
+        report.stopped = Some((sequence, reason));
+    }
+    report
+}

@@ -1,0 +1,316 @@
+//! The partition-key mode (for `ParallelizationFactor` above 1), through `Processor`'s public
+//! API on the embedded store, with an in-process driver that splits a shard by partition key
+//! into up to 10 lanes delivered at once, and redelivers each lane from its reported record, as
+//! the event source mapping does.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{context, event, lambda_record, n_of, reported, sequence};
+use kinesis_checkpoint::partition_key::row_key;
+use kinesis_checkpoint::{
+    Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome,
+    Processor, Record,
+};
+use serde_json::json;
+
+const STREAM: &str = "orders";
+const SHARD: &str = "shardId-000000000000";
+
+fn shard() -> LeaseKey {
+    LeaseKey::new(STREAM, SHARD)
+}
+
+fn partition_key(n: u64, keys: u64) -> String {
+    format!("key-{}", n % keys)
+}
+
+/// An event of records `ns`, record `n` under `key-{n % keys}`.
+fn batch(ns: &[u64], keys: u64) -> aws_lambda_events::event::kinesis::KinesisEvent {
+    let records: Vec<_> = ns
+        .iter()
+        .map(|&n| {
+            lambda_record(
+                STREAM,
+                SHARD,
+                n,
+                &partition_key(n, keys),
+                &json!({ "n": n }),
+            )
+        })
+        .collect();
+    event(&records)
+}
+
+/// Every record acknowledged, per partition key in the order it ran; attempts per record.
+#[derive(Clone, Default)]
+struct Journal {
+    per_key: Arc<Mutex<HashMap<String, Vec<u64>>>>,
+    attempts: Arc<Mutex<HashMap<u64, u32>>>,
+}
+
+impl Journal {
+    fn handler(
+        &self,
+        fail: impl Fn(u64, u32) -> Option<Outcome> + Send + Sync + 'static,
+    ) -> impl Fn(Record) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        let journal = self.clone();
+        let fail = Arc::new(fail);
+        move |record: Record| {
+            let journal = journal.clone();
+            let fail = fail.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_micros(100)).await;
+                let n = n_of(&record);
+                let attempt = {
+                    let mut attempts = journal.attempts.lock().unwrap();
+                    let attempt = attempts.entry(n).or_default();
+                    *attempt += 1;
+                    *attempt
+                };
+                if let Some(outcome) = fail(n, attempt) {
+                    return outcome;
+                }
+                journal
+                    .per_key
+                    .lock()
+                    .unwrap()
+                    .entry(record.partition_key().to_owned())
+                    .or_default()
+                    .push(n);
+                Outcome::ack()
+            })
+        }
+    }
+
+    fn per_key(&self) -> HashMap<String, Vec<u64>> {
+        self.per_key.lock().unwrap().clone()
+    }
+}
+
+/// Delivers `total` records over `keys` keys as the mapping does with `parallelization`: each
+/// key belongs to one lane, the lanes run at once, each in batches of up to `size` from its
+/// reported record on.
+async fn drive<H: kinesis_checkpoint::Handler>(
+    processor: &Processor<H>,
+    total: u64,
+    keys: u64,
+    parallelization: u64,
+    size: usize,
+) {
+    let lanes: Vec<Vec<u64>> = (0..parallelization)
+        .map(|lane| {
+            (0..total)
+                .filter(|n| (n % keys) % parallelization == lane)
+                .collect()
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (lane, records) in lanes.into_iter().enumerate() {
+        let processor = processor.clone();
+        tasks.spawn(async move {
+            let mut from = 0;
+            let mut invocation = 0;
+            while from < records.len() {
+                invocation += 1;
+                assert!(invocation < 10_000, "lane {lane} made no progress");
+                let to = (from + size).min(records.len());
+                let response = processor
+                    .process(
+                        batch(&records[from..to], keys),
+                        &context(&format!("lane{lane}-{invocation}"), 60_000),
+                    )
+                    .await
+                    .unwrap();
+                from = match reported(&response).first() {
+                    Some(reported) => (from..to)
+                        .find(|&index| sequence(records[index]) == *reported)
+                        .unwrap(),
+                    None => to,
+                };
+            }
+        });
+    }
+    while let Some(lane) = tasks.join_next().await {
+        lane.unwrap();
+    }
+}
+
+/// A small deterministic generator, so a failing seed can be replayed.
+fn random(seed: u64, count: u64) -> Vec<u64> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % 100
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_parallelization_1_to_10_and_random_failures_every_record_is_done_once_in_key_order() {
+    const TOTAL: u64 = 300;
+    const KEYS: u64 = 23;
+    for parallelization in [1, 2, 3, 5, 10] {
+        for in_flight in [1, 8] {
+            let seed = parallelization * 100 + u64::try_from(in_flight).unwrap();
+            let store = Arc::new(MemoryLeaseStore::new());
+            let letters = Arc::new(MemoryDeadLetters::new());
+            let journal = Journal::default();
+            let dice = random(seed, TOTAL);
+            let processor = Processor::new(
+                store.clone(),
+                journal.handler(move |n, attempt| match dice[usize::try_from(n).unwrap()] {
+                    0..=1 => Some(Outcome::reject("poison")),
+                    2..=11 if attempt <= 2 => Some(Outcome::retry("transient")),
+                    _ => None,
+                }),
+            )
+            .dead_letters(letters.clone())
+            .mode(Mode::PartitionKey)
+            .concurrency(in_flight);
+
+            drive(&processor, TOTAL, KEYS, parallelization, 40).await;
+
+            let case = format!("parallelization {parallelization}, {in_flight} in flight");
+            let mut all: Vec<u64> = journal.per_key().into_values().flatten().collect();
+            all.extend(letters.letters().iter().map(|letter| n_of(&letter.record)));
+            all.sort_unstable();
+            assert_eq!(
+                all,
+                (0..TOTAL).collect::<Vec<_>>(),
+                "{case}: each record once"
+            );
+            for (key, ns) in journal.per_key() {
+                assert!(ns.is_sorted(), "{case}: {key} out of order: {ns:?}");
+            }
+            // Every key's row holds its last record; the shard has no row of its own.
+            for k in 0..KEYS {
+                let last = (0..TOTAL).rev().find(|n| n % KEYS == k).unwrap();
+                let row = store
+                    .read(&row_key(&shard(), &format!("key-{k}")))
+                    .await
+                    .unwrap();
+                assert_eq!(row.checkpoint, Some(sequence(last)), "{case}: key-{k}");
+                assert_eq!(row.lease_owner, None);
+                assert!(row.expires_at.is_some(), "{case}: key rows expire");
+            }
+            assert!(
+                !store.snapshot().contains_key(&shard()),
+                "{case}: no shard lease"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_key_is_reported_at_its_lowest_record_and_other_keys_are_checkpointed() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let journal = Journal::default();
+    let processor = Processor::new(
+        store.clone(),
+        journal.handler(|n, _| (n == 5).then(|| Outcome::retry("busy"))),
+    )
+    .mode(Mode::PartitionKey);
+    let ns: Vec<u64> = (0..12).collect();
+
+    let report = processor
+        .process_batch(batch(&ns, 4), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    assert_eq!(reported(&report.response()), vec![sequence(5)]);
+    let shard_report = &report.shards[0];
+    assert_eq!(
+        shard_report.count(Disposition::NotAttempted),
+        1,
+        "record 9 of key-1"
+    );
+    let checkpoint = |k: &str| {
+        let store = store.clone();
+        let k = k.to_owned();
+        async move { store.read(&row_key(&shard(), &k)).await.unwrap().checkpoint }
+    };
+    assert_eq!(checkpoint("key-1").await, Some(sequence(1)));
+    assert_eq!(checkpoint("key-2").await, Some(sequence(10)));
+    let failing = store
+        .read(&row_key(&shard(), "key-1"))
+        .await
+        .unwrap()
+        .failing
+        .unwrap();
+    assert_eq!((failing.sequence, failing.attempts), (sequence(5), 1));
+
+    // The redelivery from record 5 runs key-1 only: the rest is at or below its key's row.
+    let again = processor
+        .process_batch(batch(&ns[5..], 4), &context("r2", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(again.shards[0].count(Disposition::Duplicate), 5);
+    assert_eq!(reported(&again.response()), vec![sequence(5)]);
+    assert_eq!(journal.per_key()["key-1"], vec![1]);
+}
+
+#[tokio::test]
+async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_is_reported() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let journal = Journal::default();
+    let racing = store.clone();
+    // While key-0's record 4 runs, another delivery of key-0 checkpoints record 4 first.
+    let processor = Processor::new(store.clone(), {
+        let handler = journal.handler(|_, _| None);
+        move |record: Record| {
+            let racing = racing.clone();
+            let acknowledged = handler(record.clone());
+            async move {
+                if n_of(&record) == 4 {
+                    let row = row_key(&shard(), "key-0");
+                    let counter = racing.read(&row).await.unwrap().lease_counter;
+                    let mut commit = kinesis_checkpoint::KeyCommit::new(row, counter);
+                    commit.checkpoint = Some(kinesis_checkpoint::Position::record(
+                        sequence(4).parse().unwrap(),
+                    ));
+                    assert_eq!(racing.commit_rows(&[commit]).await.unwrap(), vec![true]);
+                }
+                acknowledged.await
+            }
+        }
+    })
+    .mode(Mode::PartitionKey);
+    let ns: Vec<u64> = (0..12).collect();
+    processor
+        .process(batch(&ns[..2], 4), &context("r0", 60_000))
+        .await
+        .unwrap();
+
+    let report = processor
+        .process_batch(batch(&ns[2..], 4), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    let shard_report = &report.shards[0];
+    assert_eq!(
+        shard_report.stopped.as_ref().map(|(s, _)| s.to_string()),
+        Some(sequence(4)),
+        "key-0's records here are reported"
+    );
+    assert_eq!(
+        shard_report.count(Disposition::Uncheckpointed),
+        1,
+        "record 8 of key-0"
+    );
+    let row = store.read(&row_key(&shard(), "key-0")).await.unwrap();
+    assert_eq!(
+        row.checkpoint,
+        Some(sequence(4)),
+        "the other delivery's write stands"
+    );
+}
