@@ -9,6 +9,8 @@
 //! costs two requests whatever its size.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_config::SdkConfig;
@@ -77,6 +79,8 @@ pub struct DynamoLeaseStore {
     client: Client,
     table: String,
     legacy_stream: Option<String>,
+    /// Requests sent, shared by clones: what [`LeaseStore::requests`] reports.
+    sent: Arc<AtomicU64>,
 }
 
 /// A shard whose only progress is in a row keyed by its bare shard id, in a table that names no
@@ -145,6 +149,7 @@ impl DynamoLeaseStore {
             client,
             table: table.into(),
             legacy_stream: None,
+            sent: Arc::default(),
         }
     }
 
@@ -226,6 +231,7 @@ impl DynamoLeaseStore {
         key: &LeaseKey,
         request: UpdateItemFluentBuilder,
     ) -> Result<bool, LeaseError> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
         match request.send().await {
             Ok(_) => Ok(true),
             Err(error) if is_condition_failure(&error) => Ok(false),
@@ -235,6 +241,7 @@ impl DynamoLeaseStore {
 
     /// The item under `key`, read consistently.
     async fn item(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, LeaseError> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
         let output = self
             .client
             .get_item()
@@ -536,6 +543,7 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             let row = key.to_string();
+            self.sent.fetch_add(1, Ordering::Relaxed);
             let outcome = self
                 .take(&row, owner, ttl)
                 .return_values(ReturnValue::AllNew)
@@ -649,5 +657,9 @@ impl LeaseStore for DynamoLeaseStore {
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await
         })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        Some(self.sent.load(Ordering::Relaxed))
     }
 }

@@ -30,6 +30,7 @@
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
+//! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
 //!
 //! # Example
 //!
@@ -60,6 +61,7 @@ pub mod handler;
 pub mod kpl;
 pub mod lease;
 pub mod memory;
+pub mod metrics;
 pub mod processor;
 pub mod record;
 pub mod sequence;

@@ -35,6 +35,7 @@ use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
+use crate::metrics::{Meter, Metrics};
 use crate::record::{MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
 
@@ -83,6 +84,7 @@ pub struct Processor<H> {
     max_attempts: u32,
     lease_ttl: Duration,
     deadline_margin: Duration,
+    meter: Option<Arc<Meter>>,
 }
 
 impl<H> Clone for Processor<H> {
@@ -97,6 +99,7 @@ impl<H> Clone for Processor<H> {
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
             deadline_margin: self.deadline_margin,
+            meter: self.meter.clone(),
         }
     }
 }
@@ -109,6 +112,7 @@ impl<H> fmt::Debug for Processor<H> {
             .field("max_attempts", &self.max_attempts)
             .field("lease_ttl", &self.lease_ttl)
             .field("deadline_margin", &self.deadline_margin)
+            .field("metrics", &self.meter.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -346,7 +350,33 @@ impl<H: Handler> Processor<H> {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            meter: None,
         }
+    }
+
+    /// Emits each invocation's [metrics](crate::metrics) as one `CloudWatch` embedded-metric
+    /// line (off by default): records in, processed, duplicates, held, failed, reported,
+    /// dead-lettered, the lease store's requests and the checkpoint write's latency.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// use kinesis_checkpoint::metrics::Metrics;
+    ///
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .metrics(Metrics::new("Orders"));
+    /// ```
+    #[must_use]
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        let store = match &self.meter {
+            // Set again: replace the settings, not wrap the wrapper.
+            Some(meter) => meter.inner(),
+            None => Arc::clone(&self.store),
+        };
+        let (meter, metered) = Meter::new(metrics, store);
+        self.store = metered;
+        self.meter = Some(Arc::new(meter));
+        self
     }
 
     /// Moves records that can never succeed to `sink`: at once when the handler rejects one, and
@@ -525,11 +555,13 @@ impl<H: Handler> Processor<H> {
     /// # Ok(())
     /// # }
     /// ```
+    #[tracing::instrument(name = "batch", skip_all, fields(request = context.request_id, records = event.records.len()))]
     pub async fn process_batch(
         &self,
         event: KinesisEvent,
         context: &Context,
     ) -> Result<BatchReport, ProcessError> {
+        let started = self.meter.as_ref().map(|meter| meter.begin());
         let invocation = Invocation::new(context);
         tracing::debug!(
             owner = invocation.owner,
@@ -564,6 +596,9 @@ impl<H: Handler> Processor<H> {
             report
                 .orphans
                 .push((sequence, StopReason::Malformed(malformed.to_string())));
+        }
+        if let (Some(meter), Some(started)) = (&self.meter, &started) {
+            meter.end(started, &report);
         }
         match unreportable {
             Some(malformed) => {
@@ -798,6 +833,12 @@ impl<H: Handler> Processor<H> {
 
     /// Runs one record, unless something says the shard must stop before it. A record that
     /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
+    #[tracing::instrument(name = "record", skip_all, fields(
+        stream = entry.key().map(LeaseKey::stream),
+        shard = entry.key().map(LeaseKey::shard),
+        sequence = %entry.sequence(),
+        sub_sequence = entry.position().sub_sequence(),
+    ))]
     async fn attempt(
         &self,
         entry: &Entry,
@@ -1098,6 +1139,16 @@ enum Entry {
 }
 
 impl Entry {
+    /// The stream and shard, when the record could be read.
+    fn key(&self) -> Option<&LeaseKey> {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => Some(record.key()),
+            Self::Malformed(..) => None,
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => Some(error.record().key()),
+        }
+    }
+
     fn sequence(&self) -> &SequenceNumber {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
