@@ -27,6 +27,10 @@ use crate::lease::{
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
 
+mod admin;
+
+pub use admin::{Moved, Row};
+
 /// The table's partition key: `stream:shard`.
 const KEY: &str = "lease_key";
 const OWNER: &str = "lease_owner";
@@ -189,6 +193,11 @@ impl DynamoLeaseStore {
         &self.table
     }
 
+    /// Counts one request about to be sent, for [`LeaseStore::requests`].
+    fn count_request(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// An `UpdateItem` on `key`'s row that bumps the fencing counter, as every write does.
     fn update(&self, key: &str) -> UpdateItemFluentBuilder {
         self.client
@@ -231,7 +240,7 @@ impl DynamoLeaseStore {
         key: &LeaseKey,
         request: UpdateItemFluentBuilder,
     ) -> Result<bool, LeaseError> {
-        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.count_request();
         match request.send().await {
             Ok(_) => Ok(true),
             Err(error) if is_condition_failure(&error) => Ok(false),
@@ -241,7 +250,7 @@ impl DynamoLeaseStore {
 
     /// The item under `key`, read consistently.
     async fn item(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, LeaseError> {
-        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.count_request();
         let output = self
             .client
             .get_item()
@@ -543,7 +552,7 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             let row = key.to_string();
-            self.sent.fetch_add(1, Ordering::Relaxed);
+            self.count_request();
             let outcome = self
                 .take(&row, owner, ttl)
                 .return_values(ReturnValue::AllNew)
