@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 
 use serde::Serialize;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -183,7 +184,7 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
                 .to_owned(),
         });
     }
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|finding| std::cmp::Reverse(finding.severity));
     Ok(findings)
 }
 
@@ -335,6 +336,28 @@ impl Template {
             );
         }
         let environment = self.environment(function);
+        self.check_environment(subject, mapping, function, &environment, findings);
+        self.check_permissions(subject, function, stream, &environment, findings);
+    }
+
+    /// The function's settings that must agree with the mapping: the checkpoint mode with the
+    /// `ParallelizationFactor`, and the gate's starting position with the mapping's.
+    fn check_environment(
+        &self,
+        subject: &str,
+        mapping: &Yaml,
+        function: &str,
+        environment: &BTreeMap<String, Yaml>,
+        findings: &mut Vec<Finding>,
+    ) {
+        let mut find = |severity, problem: String, fix: &str| {
+            findings.push(Finding {
+                severity,
+                subject: subject.to_owned(),
+                problem,
+                fix: fix.to_owned(),
+            });
+        };
         let parallel = self.number(&mapping["ParallelizationFactor"]).unwrap_or(1);
         let mode_value = environment.get("CHECKPOINT_MODE").map(|v| self.value(v));
         let mode = mode_value
@@ -386,7 +409,6 @@ impl Template {
                 "give STARTING_POSITION the mapping's StartingPosition",
             );
         }
-        self.check_permissions(subject, function, stream, &environment, findings);
     }
 
     fn check_permissions(
@@ -657,7 +679,7 @@ pub fn report(findings: &[Finding]) -> String {
     if errors + warnings == 0 {
         out.push_str("no problems found\n");
     } else {
-        out.push_str(&format!("{errors} errors, {warnings} warnings\n"));
+        let _ = writeln!(out, "{errors} errors, {warnings} warnings");
     }
     out
 }

@@ -213,7 +213,7 @@ pub async fn kcl_plan(
                     step.note = note;
                 }
                 Err(error) => {
-                    step.note = Some(format!("unreadable checkpoint '{sequence}': {error}"))
+                    step.note = Some(format!("unreadable checkpoint '{sequence}': {error}"));
                 }
             },
         }

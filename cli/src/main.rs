@@ -3,6 +3,9 @@
 //! `kinesis-checkpoint --help` lists the commands; the README's operator sections say when to
 //! use each.
 
+// The doc comments below are clap's help text, read in a terminal: backticks would show.
+#![allow(clippy::doc_markdown)]
+
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 

@@ -150,10 +150,10 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
         .map(|s| (s["lease_key"].as_str().unwrap(), s))
         .collect();
     assert_eq!(by_key.len(), 4, "{shards:?}");
-    let live = by_key["orders:shardId-000000000000"];
-    assert_eq!(live["owner"], "ledger:req-1");
-    assert_eq!(live["lease_live"], true);
-    assert_eq!(live["checkpoint"], common::sequence(5));
+    let leased_now = by_key["orders:shardId-000000000000"];
+    assert_eq!(leased_now["owner"], "ledger:req-1");
+    assert_eq!(leased_now["lease_live"], true);
+    assert_eq!(leased_now["checkpoint"], common::sequence(5));
     let stuck = by_key["orders:shardId-000000000002"];
     assert_eq!(stuck["owner"], Value::Null, "released");
     assert_eq!(stuck["failing"]["sequence"], common::sequence(9));
@@ -475,40 +475,23 @@ async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards
     let (config, table, store) = fresh_table(moto).await;
     let kcl = unique("kcl-app");
     create_table(&config, &kcl, "leaseKey").await;
-    put_row(
-        &config,
-        &kcl,
-        kcl_lease("shardId-000000000000", &common::sequence(7), 0),
-    )
-    .await;
-    put_row(
-        &config,
-        &kcl,
-        kcl_lease("shardId-000000000001", "SHARD_END", 0),
-    )
-    .await;
-    put_row(
-        &config,
-        &kcl,
-        kcl_lease("shardId-000000000002", "TRIM_HORIZON", 0),
-    )
-    .await;
+    for (shard, checkpoint) in [
+        ("shardId-000000000000", common::sequence(7)),
+        ("shardId-000000000001", SHARD_END.to_owned()),
+        ("shardId-000000000002", "TRIM_HORIZON".to_owned()),
+        (
+            "123456789012:payments:1700000000:shardId-000000000000",
+            common::sequence(1),
+        ),
+    ] {
+        put_row(&config, &kcl, kcl_lease(shard, &checkpoint, 0)).await;
+    }
     let mut child = kcl_lease("shardId-000000000003", &common::sequence(9), 4);
     child.push((
         "parentShardId",
         AttributeValue::Ss(vec!["shardId-000000000001".to_owned()]),
     ));
     put_row(&config, &kcl, child).await;
-    put_row(
-        &config,
-        &kcl,
-        kcl_lease(
-            "123456789012:payments:1700000000:shardId-000000000000",
-            &common::sequence(1),
-            0,
-        ),
-    )
-    .await;
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
 
     let refused = run(
