@@ -514,4 +514,6 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn requests(&self) -> Option<u64> {
         None
     }
+    // A new provided method must be forwarded by `metrics::Metered` too, or a processor with
+    // metrics on would run its default instead of the wrapped store's own.
 }

@@ -440,8 +440,10 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
     );
 
     let again = run(
-        &endpoint,
+        &[],
         &[
+            "--endpoint-url",
+            &moto.endpoint,
             "import-legacy",
             "--table",
             &table,
@@ -451,6 +453,7 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
         ],
         "",
     );
+    // Through --endpoint-url this time, with no endpoint in the environment.
     assert!(
         text(&again.stdout).contains("imported 0 checkpoints; kept 2"),
         "a second run changes nothing"
