@@ -448,3 +448,72 @@ impl LeaseStore for Metered {
         self.inner.requests()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Held;
+    use crate::processor::{RecordReport, ShardReport};
+    use crate::sequence::SequenceNumber;
+
+    fn seq(n: u64) -> SequenceNumber {
+        n.to_string().parse().expect("a sequence number")
+    }
+
+    fn shard(
+        shard: &str,
+        dispositions: &[Disposition],
+        stopped: Option<StopReason>,
+    ) -> ShardReport {
+        ShardReport {
+            key: LeaseKey::new("orders", shard),
+            records: dispositions
+                .iter()
+                .zip(1..)
+                .map(|(disposition, n)| RecordReport {
+                    position: Position::record(seq(n)),
+                    disposition: *disposition,
+                })
+                .collect(),
+            stopped: stopped.map(|reason| (seq(1), reason)),
+            checkpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_held_shard_counts_all_its_records_as_held_and_a_fenced_one_as_uncheckpointed() {
+        use Disposition::{NotAttempted, Processed, Reported, Uncheckpointed};
+        let held = Held::ParentOpen {
+            parent: "shardId-000000000000".to_owned(),
+        };
+        let report = BatchReport {
+            shards: vec![
+                shard(
+                    "shardId-000000000001",
+                    &[Reported, NotAttempted, NotAttempted],
+                    Some(StopReason::Held(held)),
+                ),
+                shard(
+                    "shardId-000000000002",
+                    &[Uncheckpointed, Uncheckpointed],
+                    Some(StopReason::CheckpointFenced),
+                ),
+                shard("shardId-000000000003", &[Processed], None),
+            ],
+            orphans: Vec::new(),
+        };
+        let metrics = InvocationMetrics::from_report(&report);
+        assert_eq!(
+            (
+                metrics.records_in,
+                metrics.held,
+                metrics.uncheckpointed,
+                metrics.processed,
+                metrics.failed,
+                metrics.reported
+            ),
+            (6, 3, 2, 1, 0, 2)
+        );
+        assert_eq!(metrics.stream.as_deref(), Some("orders"));
+    }
+}
