@@ -725,3 +725,27 @@ fn doctor_names_each_permission_the_role_lacks() {
         "GetItem is still allowed"
     );
 }
+
+#[test]
+fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
+    let path = broken_template(&[(
+        "MaximumRecordAgeInSeconds: -1",
+        "MaximumRecordAgeInSeconds: 60",
+    )]);
+    let output = run(
+        &[],
+        &["doctor", "--template", path.to_str().unwrap(), "--json"],
+        "",
+    );
+    assert!(!output.status.success());
+    let findings: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["severity"], "error");
+    assert_eq!(findings[0]["subject"], "LedgerFunction event Orders");
+    assert!(
+        findings[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("MaximumRecordAgeInSeconds: -1")
+    );
+}
