@@ -9,6 +9,8 @@
 //! costs two requests whatever its size.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_config::SdkConfig;
@@ -28,6 +30,10 @@ use crate::lease::{
 };
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
+
+mod admin;
+
+pub use admin::{Moved, Row};
 
 /// The table's partition key: `stream:shard`.
 const KEY: &str = "lease_key";
@@ -82,6 +88,8 @@ pub struct DynamoLeaseStore {
     client: Client,
     table: String,
     legacy_stream: Option<String>,
+    /// Requests sent, shared by clones: what [`LeaseStore::requests`] reports.
+    sent: Arc<AtomicU64>,
 }
 
 /// A shard whose only progress is in a row keyed by its bare shard id, in a table that names no
@@ -150,6 +158,7 @@ impl DynamoLeaseStore {
             client,
             table: table.into(),
             legacy_stream: None,
+            sent: Arc::default(),
         }
     }
 
@@ -187,6 +196,11 @@ impl DynamoLeaseStore {
     #[must_use]
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Counts one request about to be sent, for [`LeaseStore::requests`].
+    fn count_request(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An `UpdateItem` on `key`'s row that bumps the fencing counter, as every write does.
@@ -231,6 +245,7 @@ impl DynamoLeaseStore {
         key: &LeaseKey,
         request: UpdateItemFluentBuilder,
     ) -> Result<bool, LeaseError> {
+        self.count_request();
         match request.send().await {
             Ok(_) => Ok(true),
             Err(error) if is_condition_failure(&error) => Ok(false),
@@ -240,6 +255,7 @@ impl DynamoLeaseStore {
 
     /// The item under `key`, read consistently.
     async fn item(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, LeaseError> {
+        self.count_request();
         let output = self
             .client
             .get_item()
@@ -676,6 +692,7 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             let row = key.to_string();
+            self.count_request();
             let outcome = self
                 .take(&row, owner, ttl)
                 .return_values(ReturnValue::AllNew)
@@ -882,5 +899,9 @@ impl LeaseStore for DynamoLeaseStore {
             }
             Ok(written)
         })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        Some(self.sent.load(Ordering::Relaxed))
     }
 }

@@ -612,4 +612,18 @@ pub trait LeaseStore: Send + Sync + 'static {
             Ok(written)
         })
     }
+    /// How many requests this store has sent to its backend since it was made, or `None` when
+    /// it does not count them (the default). The processor's
+    /// [metrics](crate::Processor::metrics) report the difference over an invocation, so the
+    /// figure is what the backend billed, not an estimate.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseStore, MemoryLeaseStore};
+    /// assert_eq!(MemoryLeaseStore::new().requests(), None, "memory is not a backend");
+    /// ```
+    fn requests(&self) -> Option<u64> {
+        None
+    }
+    // A new provided method must be forwarded by `metrics::Metered` too, or a processor with
+    // metrics on would run its default instead of the wrapped store's own.
 }

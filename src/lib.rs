@@ -36,6 +36,7 @@
 //! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
 //! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
+//! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
 //!
 //! # Example
 //!
@@ -69,6 +70,7 @@ pub mod lease;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod memory;
+pub mod metrics;
 pub mod partition_key;
 pub mod processor;
 pub mod record;

@@ -36,6 +36,7 @@ use crate::lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
+use crate::metrics::{Meter, Metrics};
 use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber};
@@ -89,6 +90,7 @@ pub struct Processor<H> {
     max_done_above: usize,
     mode: Mode,
     key_ttl: Duration,
+    meter: Option<Arc<Meter>>,
 }
 
 impl<H> Clone for Processor<H> {
@@ -107,6 +109,7 @@ impl<H> Clone for Processor<H> {
             max_done_above: self.max_done_above,
             mode: self.mode,
             key_ttl: self.key_ttl,
+            meter: self.meter.clone(),
         }
     }
 }
@@ -122,6 +125,7 @@ impl<H> fmt::Debug for Processor<H> {
             .field("max_in_flight", &self.max_in_flight)
             .field("max_done_above", &self.max_done_above)
             .field("mode", &self.mode)
+            .field("metrics", &self.meter.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -367,7 +371,33 @@ impl<H: Handler> Processor<H> {
             max_done_above: DEFAULT_MAX_DONE_ABOVE,
             mode: Mode::Shard,
             key_ttl: DEFAULT_KEY_TTL,
+            meter: None,
         }
+    }
+
+    /// Emits each invocation's [metrics](crate::metrics) as one `CloudWatch` embedded-metric
+    /// line (off by default): records in, processed, duplicates, held, failed, reported,
+    /// dead-lettered, the lease store's requests and the checkpoint write's latency.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// use kinesis_checkpoint::metrics::Metrics;
+    ///
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .metrics(Metrics::new("Orders"));
+    /// ```
+    #[must_use]
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        let store = match &self.meter {
+            // Set again: replace the settings, not wrap the wrapper.
+            Some(meter) => meter.inner(),
+            None => Arc::clone(&self.store),
+        };
+        let (meter, metered) = Meter::new(metrics, store);
+        self.store = metered;
+        self.meter = Some(Arc::new(meter));
+        self
     }
 
     /// Moves records that can never succeed to `sink`: at once when the handler rejects one, and
@@ -637,11 +667,13 @@ impl<H: Handler> Processor<H> {
     /// # Ok(())
     /// # }
     /// ```
+    #[tracing::instrument(name = "batch", skip_all, fields(request = context.request_id, records = event.records.len()))]
     pub async fn process_batch(
         &self,
         event: KinesisEvent,
         context: &Context,
     ) -> Result<BatchReport, ProcessError> {
+        let started = self.meter.as_ref().map(|meter| meter.begin());
         let invocation = Invocation::new(context);
         tracing::debug!(
             owner = invocation.owner,
@@ -676,6 +708,9 @@ impl<H: Handler> Processor<H> {
             report
                 .orphans
                 .push((sequence, StopReason::Malformed(malformed.to_string())));
+        }
+        if let (Some(meter), Some(started)) = (&self.meter, &started) {
+            meter.end(started, &report);
         }
         match unreportable {
             Some(malformed) => {
@@ -953,6 +988,12 @@ impl<H: Handler> Processor<H> {
 
     /// Runs one record, unless something says the shard must stop before it. A record that
     /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
+    #[tracing::instrument(name = "record", skip_all, fields(
+        stream = entry.key().map(LeaseKey::stream),
+        shard = entry.key().map(LeaseKey::shard),
+        sequence = %entry.sequence(),
+        sub_sequence = entry.position().sub_sequence(),
+    ))]
     pub(crate) async fn attempt(
         &self,
         entry: &Entry,
@@ -1265,6 +1306,16 @@ pub(crate) enum Entry {
 }
 
 impl Entry {
+    /// The stream and shard, when the record could be read.
+    fn key(&self) -> Option<&LeaseKey> {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => Some(record.key()),
+            Self::Malformed(..) => None,
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => Some(error.record().key()),
+        }
+    }
+
     /// The partition key the record runs under, or `None` for an entry that stops the shard
     /// where it stands (a malformed record, or one after it).
     pub(crate) fn partition_key(&self) -> Option<&str> {

@@ -40,7 +40,7 @@ use crate::sequence::{Position, SequenceError, SequenceNumber};
 /// assert_eq!(order["amount_cents"], 250);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Record {
     key: LeaseKey,
     sequence: SequenceNumber,
@@ -611,6 +611,31 @@ fn parse_record(index: usize, record: KinesisEventRecord, keys: &mut KeyCache) -
         data: Bytes::from(kinesis.data.0),
         arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
     })
+}
+
+/// Everything but the payload, which is shown by its length only: records are logged (in spans,
+/// errors and dead letters), and a payload may hold personal or secret data that must never reach
+/// a log.
+///
+/// ```
+/// # use kinesis_checkpoint::{LeaseKey, Record};
+/// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "7".parse()?, "k", "card 4111");
+/// let debug = format!("{record:?}");
+/// assert!(debug.contains("9 bytes") && !debug.contains("4111"));
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key)
+            .field("sequence", &self.sequence)
+            .field("sub_sequence", &self.sub_sequence)
+            .field("partition_key", &self.partition_key)
+            .field("explicit_hash_key", &self.explicit_hash_key)
+            .field("data", &format_args!("<{} bytes>", self.data.len()))
+            .field("arrival", &self.arrival)
+            .finish()
+    }
 }
 
 impl fmt::Display for Record {

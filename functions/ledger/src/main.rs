@@ -1,16 +1,18 @@
 //! The ledger Lambda function: order events from Kinesis into a `DynamoDB` table, each record
 //! applied once. Configuration from the environment: `LEASE_TABLE`, `LEDGER_TABLE`,
 //! `DEAD_LETTER_QUEUE_URL` (optional: without it a poison record is retried, never dropped),
-//! `MAX_ATTEMPTS` (default 3), `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the
-//! parent gate's rule for parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a
-//! mapping with `ParallelizationFactor` 1; `partition-key` for 2 to 10), `MAX_IN_FLIGHT` (records
-//! of different partition keys run at once, default 1: in order), and the SDK's own variables
+//! `MAX_ATTEMPTS` (default 3), `METRICS_NAMESPACE` (default `KinesisCheckpoint`),
+//! `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the parent gate's rule for
+//! parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a mapping with
+//! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `MAX_IN_FLIGHT` (records of
+//! different partition keys run at once, default 1: in order), and the SDK's own variables
 //! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_KINESIS` at a local Kinesis
 //! only).
 
 use std::sync::Arc;
 
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition};
+use kinesis_checkpoint::metrics::{DEFAULT_NAMESPACE, Metrics};
 use kinesis_checkpoint::{DynamoLeaseStore, Mode, Processor, SqsDeadLetters};
 use ledger::{DynamoBook, required};
 
@@ -31,10 +33,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         n.parse()
             .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
     })?;
+    // One CloudWatch embedded-metric line per invocation (namespace `METRICS_NAMESPACE`).
+    let namespace =
+        std::env::var("METRICS_NAMESPACE").unwrap_or_else(|_| DEFAULT_NAMESPACE.to_owned());
     let mut processor = Processor::new(leases, ledger::handler(book))
         .gate(gate)
         .mode(mode)
-        .concurrency(max_in_flight);
+        .concurrency(max_in_flight)
+        .metrics(Metrics::new(namespace));
     if let Ok(queue) = std::env::var("DEAD_LETTER_QUEUE_URL") {
         processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(&config, queue)));
     }

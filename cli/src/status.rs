@@ -1,0 +1,400 @@
+//! `kinesis-checkpoint status`: one line per shard of the lease table, with who holds it, where
+//! its checkpoint is, what keeps failing, and, when the stream can be read, how far behind the
+//! checkpoint is.
+//!
+//! The lag is measured, not estimated: the records after the checkpoint are read from the
+//! stream (up to [`MAX_COUNTED`]) and the oldest one's arrival time gives the age of the work
+//! waiting, which is what `IteratorAge` would show for this shard.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use aws_sdk_kinesis::Client as Kinesis;
+use aws_sdk_kinesis::error::DisplayErrorContext;
+use aws_sdk_kinesis::types::ShardIteratorType;
+use kinesis_checkpoint::dynamo::Row;
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, SHARD_END};
+use serde::Serialize;
+
+use crate::Error;
+use crate::console::Progress;
+
+/// Records counted after a checkpoint before the count stops (shown as `N+`).
+pub const MAX_COUNTED: usize = 10_000;
+
+/// Pages of `GetRecords` read per shard at most: Kinesis may answer empty pages before the
+/// records, and a status must not read a whole stream.
+const MAX_PAGES: usize = 20;
+
+/// One shard as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ShardStatus {
+    /// The row's key: `stream:shard`, or a bare shard id in a row of an earlier version.
+    pub lease_key: String,
+    /// The stream, when the key names it.
+    pub stream: Option<String>,
+    /// The shard id.
+    pub shard: String,
+    /// Who holds the lease.
+    pub owner: Option<String>,
+    /// When the lease lapses (epoch milliseconds).
+    pub lease_expiry: Option<u64>,
+    /// Whether the lease is held now.
+    pub lease_live: bool,
+    /// The checkpoint: a sequence number, `SHARD_END`, or none.
+    pub checkpoint: Option<String>,
+    /// The sub-sequence inside a KPL aggregate.
+    pub checkpoint_sub: Option<u64>,
+    /// Whether the shard is finished (`SHARD_END`): its children may run.
+    pub finished: bool,
+    /// The shard's parents.
+    pub parents: Vec<String>,
+    /// The record that keeps failing.
+    pub failing: Option<Failing>,
+    /// How far behind the checkpoint is, when the stream was read.
+    pub behind: Option<Behind>,
+    /// Anything else the operator should know about this line.
+    pub note: Option<String>,
+}
+
+/// The record a shard keeps failing on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failing {
+    /// Its sequence number.
+    pub sequence: String,
+    /// Its sub-sequence in a KPL aggregate.
+    pub sub_sequence: Option<u64>,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// The last error.
+    pub last_error: String,
+}
+
+/// The work waiting after a shard's checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Behind {
+    /// Records after the checkpoint, counted up to [`MAX_COUNTED`].
+    pub records: usize,
+    /// Whether the count stopped at the limit (there are more).
+    pub more: bool,
+    /// The age of the oldest record waiting, in milliseconds.
+    pub oldest_age_ms: Option<u64>,
+}
+
+impl ShardStatus {
+    fn of(lease_key: &str, state: &LeaseState, now_ms: u64) -> Self {
+        let (stream, shard) = match lease_key.split_once(':') {
+            Some((stream, shard)) => (Some(stream.to_owned()), shard.to_owned()),
+            None => (None, lease_key.to_owned()),
+        };
+        Self {
+            lease_key: lease_key.to_owned(),
+            note: stream
+                .is_none()
+                .then(|| "bare shard id row of an earlier version: see import-legacy".to_owned()),
+            stream,
+            shard,
+            owner: state.lease_owner.clone(),
+            lease_expiry: state.lease_expiry,
+            lease_live: state.lease_owner.is_some()
+                && state.lease_expiry.is_some_and(|expiry| expiry >= now_ms),
+            checkpoint: state.checkpoint.clone(),
+            checkpoint_sub: state.checkpoint_sub,
+            finished: state.checkpoint.as_deref() == Some(SHARD_END),
+            parents: state.parent_shards.clone(),
+            failing: state.failing.as_ref().map(|failing| Failing {
+                sequence: failing.sequence.clone(),
+                sub_sequence: failing.sub_sequence,
+                attempts: failing.attempts,
+                last_error: failing.last_error.clone(),
+            }),
+            behind: None,
+        }
+    }
+}
+
+/// The status of every shard in the table (of `stream` only, when named), with the lag read
+/// from Kinesis when `kinesis` is given. With a stream named, its shards that have no row yet
+/// are listed too.
+///
+/// # Errors
+///
+/// The table could not be read. A stream that cannot be read leaves the lag out and says why
+/// in each line's note.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), kinesis_checkpoint_cli::Error> {
+/// let config = aws_config::load_from_env().await;
+/// let store = kinesis_checkpoint::DynamoLeaseStore::new(&config, "orders-leases");
+/// let kinesis = aws_sdk_kinesis::Client::new(&config);
+/// let shards = kinesis_checkpoint_cli::status::collect(&store, Some(&kinesis), Some("orders")).await?;
+/// print!("{}", kinesis_checkpoint_cli::status::table(&shards));
+/// # Ok(())
+/// # }
+/// ```
+pub async fn collect(
+    store: &DynamoLeaseStore,
+    kinesis: Option<&Kinesis>,
+    stream: Option<&str>,
+) -> Result<Vec<ShardStatus>, Error> {
+    let now = now_ms();
+    let mut progress = Progress::new("rows read");
+    let rows: Vec<Row> = store.rows(|read| progress.set(read)).await?;
+    progress.done();
+    let mut shards: Vec<ShardStatus> = rows
+        .iter()
+        .map(|row| ShardStatus::of(&row.lease_key, &row.state, now))
+        .filter(|status| stream.is_none_or(|s| status.stream.as_deref() == Some(s)))
+        .collect();
+    let Some(kinesis) = kinesis else {
+        return Ok(shards);
+    };
+    let streams: BTreeSet<String> = shards
+        .iter()
+        .filter_map(|s| s.stream.clone())
+        .chain(stream.map(str::to_owned))
+        .collect();
+    let mut unreachable = BTreeMap::new();
+    for name in &streams {
+        match list_shards(kinesis, name).await {
+            Ok(ids) if stream == Some(name.as_str()) => {
+                for id in ids {
+                    if !shards
+                        .iter()
+                        .any(|s| s.shard == id && s.stream.as_deref() == Some(name))
+                    {
+                        let mut status = ShardStatus::of(
+                            &LeaseKey::new(name.as_str(), id).to_string(),
+                            &LeaseState::default(),
+                            now,
+                        );
+                        status.note = Some("no row yet: no batch of this shard has run".to_owned());
+                        shards.push(status);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                unreachable.insert(name.clone(), error.to_string());
+            }
+        }
+    }
+    shards.sort_by(|a, b| a.lease_key.cmp(&b.lease_key));
+    let mut progress = Progress::new("shards measured");
+    let total = shards.len();
+    for (index, status) in shards.iter_mut().enumerate() {
+        progress.of(index, total);
+        let Some(name) = status.stream.clone() else {
+            continue;
+        };
+        if let Some(error) = unreachable.get(&name) {
+            status.note = Some(format!("lag unknown: {error}"));
+            continue;
+        }
+        if status.finished {
+            continue;
+        }
+        match behind(kinesis, &name, status, now).await {
+            Ok(behind) => status.behind = Some(behind),
+            Err(error) => status.note = Some(format!("lag unknown: {error}")),
+        }
+    }
+    progress.done();
+    Ok(shards)
+}
+
+async fn list_shards(kinesis: &Kinesis, stream: &str) -> Result<Vec<String>, Error> {
+    let mut ids = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let request = match &token {
+            Some(token) => kinesis.list_shards().next_token(token),
+            None => kinesis.list_shards().stream_name(stream),
+        };
+        let page = request.send().await.map_err(|error| {
+            format!(
+                "Kinesis ListShards on stream '{stream}' failed: {}",
+                DisplayErrorContext(&error)
+            )
+        })?;
+        ids.extend(page.shards().iter().map(|s| s.shard_id().to_owned()));
+        token = page.next_token;
+        if token.is_none() {
+            return Ok(ids);
+        }
+    }
+}
+
+/// Reads the records after the shard's checkpoint: how many, and how old the first is.
+async fn behind(
+    kinesis: &Kinesis,
+    stream: &str,
+    status: &ShardStatus,
+    now: u64,
+) -> Result<Behind, Error> {
+    let request = kinesis
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(&status.shard);
+    // A checkpoint inside an aggregate leaves part of that record to do: count from it.
+    let request = match (&status.checkpoint, status.checkpoint_sub) {
+        (Some(sequence), Some(_)) => request
+            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+            .starting_sequence_number(sequence),
+        (Some(sequence), None) => request
+            .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+            .starting_sequence_number(sequence),
+        (None, _) => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+    };
+    let failed = |what: &str, detail: String| -> Error {
+        format!(
+            "Kinesis {what} on stream '{stream}', shard '{}' failed: {detail}",
+            status.shard
+        )
+        .into()
+    };
+    let mut iterator = request
+        .send()
+        .await
+        .map_err(|e| failed("GetShardIterator", DisplayErrorContext(&e).to_string()))?
+        .shard_iterator;
+    let mut behind = Behind {
+        records: 0,
+        more: false,
+        oldest_age_ms: None,
+    };
+    for _ in 0..MAX_PAGES {
+        let Some(current) = iterator.take() else {
+            break;
+        };
+        let page = kinesis
+            .get_records()
+            .shard_iterator(current)
+            .limit(i32::try_from(MAX_COUNTED - behind.records).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|e| failed("GetRecords", DisplayErrorContext(&e).to_string()))?;
+        if behind.oldest_age_ms.is_none()
+            && let Some(first) = page.records().first()
+            && let Some(arrival) = first.approximate_arrival_timestamp()
+        {
+            let arrival_ms = u64::try_from(arrival.to_millis().unwrap_or_default()).unwrap_or(0);
+            behind.oldest_age_ms = Some(now.saturating_sub(arrival_ms));
+        }
+        behind.records += page.records().len();
+        if behind.records >= MAX_COUNTED {
+            behind.more = true;
+            break;
+        }
+        // Kinesis may answer empty pages mid-shard; it says so by a lag above zero.
+        let caught_up =
+            page.records().is_empty() && page.millis_behind_latest().is_none_or(|lag| lag == 0);
+        iterator = page.next_shard_iterator;
+        if caught_up {
+            break;
+        }
+    }
+    Ok(behind)
+}
+
+/// The statuses as a table for people: one line per shard.
+///
+/// ```
+/// let table = kinesis_checkpoint_cli::status::table(&[]);
+/// assert!(table.starts_with("SHARD"));
+/// ```
+#[must_use]
+pub fn table(shards: &[ShardStatus]) -> String {
+    let now = now_ms();
+    let header = [
+        "SHARD",
+        "OWNER",
+        "LEASE",
+        "CHECKPOINT",
+        "PARENTS",
+        "FAILING",
+        "BEHIND",
+        "NOTE",
+    ];
+    let mut lines: Vec<[String; 8]> = vec![header.map(str::to_owned)];
+    for shard in shards {
+        let lease = match (shard.owner.is_some(), shard.lease_expiry) {
+            (false, _) => "free".to_owned(),
+            (true, Some(expiry)) if expiry >= now => {
+                format!("live {}s", (expiry - now).div_ceil(1_000))
+            }
+            (true, _) => "expired".to_owned(),
+        };
+        let checkpoint = match (&shard.checkpoint, shard.checkpoint_sub) {
+            (None, _) => "-".to_owned(),
+            (Some(c), _) if shard.finished => format!("{c} (finished)"),
+            (Some(c), Some(sub)) => format!("{c}/{sub}"),
+            (Some(c), None) => c.clone(),
+        };
+        let failing = shard.failing.as_ref().map_or("-".to_owned(), |f| {
+            let sub = f.sub_sequence.map(|s| format!("/{s}")).unwrap_or_default();
+            format!(
+                "{}{sub} x{}: {}",
+                f.sequence,
+                f.attempts,
+                one_line(&f.last_error, 60)
+            )
+        });
+        let behind = shard.behind.as_ref().map_or("-".to_owned(), |b| {
+            let mut text = format!("{}{} records", b.records, if b.more { "+" } else { "" });
+            if let Some(age) = b.oldest_age_ms {
+                let _ = write!(text, ", oldest {}s", age / 1_000);
+            }
+            text
+        });
+        lines.push([
+            shard.lease_key.clone(),
+            shard.owner.clone().unwrap_or_else(|| "-".to_owned()),
+            lease,
+            checkpoint,
+            if shard.parents.is_empty() {
+                "-".to_owned()
+            } else {
+                shard.parents.join(",")
+            },
+            failing,
+            behind,
+            shard.note.clone().unwrap_or_default(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|column| {
+            lines
+                .iter()
+                .map(|line| line[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        let mut text = String::new();
+        for (column, cell) in line.iter().enumerate() {
+            let _ = write!(text, "{cell:<width$}  ", width = widths[column]);
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.replace(['\n', '\r'], " ");
+    match flat.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &flat[..end]),
+        None => flat,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,751 @@
+//! The `kinesis-checkpoint` binary against real servers: moto for the lease tables,
+//! kinesis-local where a stream is read. Each test runs the built binary as an operator would,
+//! with the endpoints in its environment, and checks the table afterwards through the library.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::kinesis::{KinesisLocal, Stream};
+use common::moto::{Moto, create_lease_table, create_table, unique};
+use kinesis_checkpoint::{
+    Commit, DynamoLeaseStore, FailingChange, FailingRecord, LeaseKey, LeaseStore, Position,
+    SHARD_END,
+};
+use serde_json::Value;
+
+const SHARD: &str = "shardId-000000000000";
+
+/// Runs the binary with `args`, the endpoints `endpoints` (`AWS_ENDPOINT_URL*` variable, URL)
+/// and `stdin` as its input.
+fn run(endpoints: &[(&str, &str)], args: &[&str], stdin: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kinesis-checkpoint"));
+    command
+        .args(args)
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_MAX_ATTEMPTS", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, url) in endpoints {
+        command.env(name, url);
+    }
+    let mut child = command.spawn().expect("the binary runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("stdin written");
+    child.wait_with_output().expect("the binary ends")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn fresh_table(moto: &Moto) -> (aws_config::SdkConfig, String, DynamoLeaseStore) {
+    let config = moto.sdk_config(1).await;
+    let table = unique("cli");
+    create_lease_table(&config, &table).await;
+    let store = DynamoLeaseStore::new(&config, &table);
+    (config, table, store)
+}
+
+fn position(n: u64) -> Position {
+    Position::record(common::sequence(n).parse().unwrap())
+}
+
+async fn put_row(config: &aws_config::SdkConfig, table: &str, item: Vec<(&str, AttributeValue)>) {
+    let item: HashMap<String, AttributeValue> =
+        item.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    aws_sdk_dynamodb::Client::new(config)
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("put item");
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+#[tokio::test]
+async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_record() {
+    let moto = Moto::shared();
+    let (config, table, store) = fresh_table(moto).await;
+    let leased = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&leased, "ledger:req-1", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint(&leased, "ledger:req-1", &common::sequence(5))
+            .await
+            .unwrap()
+    );
+    let failing = LeaseKey::new("orders", "shardId-000000000002");
+    assert!(
+        store
+            .acquire(&failing, "ledger:req-2", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(position(8));
+    commit.failing = FailingChange::Set(FailingRecord::first(
+        &position(9),
+        "ledger table throttled",
+        1,
+    ));
+    commit.parent_shards = vec![SHARD.to_owned()];
+    assert!(
+        store
+            .commit(&failing, "ledger:req-2", &commit)
+            .await
+            .unwrap()
+    );
+    let finished = LeaseKey::new("orders", "shardId-000000000001");
+    assert!(store.finish(&finished, None, 0).await.unwrap());
+    put_row(
+        &config,
+        &table,
+        vec![
+            ("lease_key", s("shardId-000000000007")),
+            ("checkpoint", s(&common::sequence(3))),
+        ],
+    )
+    .await;
+
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let output = run(
+        &endpoint,
+        &["status", "--table", &table, "--no-lag", "--json"],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shards: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    let by_key: HashMap<&str, &Value> = shards
+        .iter()
+        .map(|s| (s["lease_key"].as_str().unwrap(), s))
+        .collect();
+    assert_eq!(by_key.len(), 4, "{shards:?}");
+    let leased_now = by_key["orders:shardId-000000000000"];
+    assert_eq!(leased_now["owner"], "ledger:req-1");
+    assert_eq!(leased_now["lease_live"], true);
+    assert_eq!(leased_now["checkpoint"], common::sequence(5));
+    let stuck = by_key["orders:shardId-000000000002"];
+    assert_eq!(stuck["owner"], Value::Null, "released");
+    assert_eq!(stuck["failing"]["sequence"], common::sequence(9));
+    assert_eq!(stuck["failing"]["attempts"], 1);
+    assert_eq!(stuck["failing"]["last_error"], "ledger table throttled");
+    assert_eq!(stuck["parents"], serde_json::json!([SHARD]));
+    assert_eq!(by_key["orders:shardId-000000000001"]["finished"], true);
+    let bare = by_key["shardId-000000000007"];
+    assert_eq!(bare["stream"], Value::Null);
+    assert!(bare["note"].as_str().unwrap().contains("import-legacy"));
+
+    let human = run(&endpoint, &["status", "--table", &table, "--no-lag"], "");
+    let human = text(&human.stdout);
+    println!("{human}");
+    assert!(human.starts_with("SHARD"));
+    let line = |key: &str| {
+        human
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        line("orders:shardId-000000000000 ").contains("live"),
+        "{human}"
+    );
+    assert!(
+        line("orders:shardId-000000000001 ").contains("SHARD_END (finished)"),
+        "{human}"
+    );
+    assert!(
+        line("orders:shardId-000000000002 ").contains("x1: ledger table throttled"),
+        "{human}"
+    );
+}
+
+#[tokio::test]
+async fn status_reads_the_stream_to_say_how_far_behind_each_checkpoint_is() {
+    let moto = Moto::shared();
+    let kinesis = KinesisLocal::start();
+    let (_, table, store) = fresh_table(moto).await;
+    let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 3).await;
+    let name = unique("lag");
+    let stream = Stream::with_shards(&kinesis_config, &name, 2).await;
+    for n in 0..5 {
+        stream.put("same-key", n).await;
+    }
+    let event = stream.batch(SHARD).await;
+    let (busy, idle) = if event.records.len() == 5 {
+        (SHARD, "shardId-000000000001")
+    } else {
+        ("shardId-000000000001", SHARD)
+    };
+    let event = stream.batch(busy).await;
+    assert_eq!(
+        event.records.len(),
+        5,
+        "one partition key lands in one shard"
+    );
+    let key = LeaseKey::new(name.as_str(), busy);
+    assert!(
+        store
+            .acquire(&key, "me", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    let third = &event.records[2].kinesis.sequence_number;
+    assert!(store.checkpoint(&key, "me", third).await.unwrap());
+    store.release(&key, "me").await.unwrap();
+
+    let endpoints = [
+        ("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.as_str()),
+        ("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.as_str()),
+    ];
+    let output = run(
+        &endpoints,
+        &["status", "--table", &table, "--stream", &name, "--json"],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shards: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    println!("{}", serde_json::to_string_pretty(&shards).unwrap());
+    let find = |shard: &str| {
+        shards
+            .iter()
+            .find(|s| s["shard"] == shard)
+            .unwrap_or_else(|| panic!("{shard} listed"))
+    };
+    assert_eq!(
+        find(busy)["behind"]["records"],
+        2,
+        "two records after the checkpoint"
+    );
+    assert!(find(busy)["behind"]["oldest_age_ms"].is_u64());
+    assert_eq!(find(idle)["behind"]["records"], 0);
+    assert!(
+        find(idle)["note"].as_str().unwrap().contains("no row"),
+        "a shard without a row is listed"
+    );
+}
+
+#[tokio::test]
+async fn set_checkpoint_refuses_a_live_lease_and_takes_it_only_when_forced() {
+    let moto = Moto::shared();
+    let (_, table, store) = fresh_table(moto).await;
+    let key = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&key, "ledger:busy", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint(&key, "ledger:busy", &common::sequence(1))
+            .await
+            .unwrap()
+    );
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let to = common::sequence(4);
+    let args = [
+        "set-checkpoint",
+        "--table",
+        &table,
+        "--stream",
+        "orders",
+        "--shard",
+        SHARD,
+        "--sequence",
+        &to,
+        "--yes",
+    ];
+
+    let refused = run(&endpoint, &args, "");
+    assert!(!refused.status.success());
+    let message = text(&refused.stderr);
+    assert!(
+        message.contains("leased by 'ledger:busy'") && message.contains("--force"),
+        "{message}"
+    );
+    assert_eq!(
+        store.row(&key).await.unwrap().checkpoint,
+        Some(common::sequence(1))
+    );
+
+    let forced = run(&endpoint, &[&args[..], &["--force"]].concat(), "");
+    assert!(forced.status.success(), "{}", text(&forced.stderr));
+    let row = store.row(&key).await.unwrap();
+    assert_eq!(row.checkpoint, Some(to));
+    assert_eq!(row.lease_owner, None, "the lease was taken away");
+    assert!(
+        !store
+            .checkpoint(&key, "ledger:busy", &common::sequence(2))
+            .await
+            .unwrap(),
+        "the invocation that held it is fenced"
+    );
+}
+
+#[tokio::test]
+async fn moving_a_checkpoint_asks_first_and_reads_the_answer_from_stdin() {
+    let moto = Moto::shared();
+    let (_, table, store) = fresh_table(moto).await;
+    let key = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&key, "old", Duration::from_millis(1))
+            .await
+            .unwrap()
+    );
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(position(3));
+    commit.failing = FailingChange::Set(FailingRecord::first(&position(4), "poison", 1));
+    assert!(store.commit(&key, "old", &commit).await.unwrap());
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let finish = [
+        "set-checkpoint",
+        "--table",
+        &table,
+        "--stream",
+        "orders",
+        "--shard",
+        SHARD,
+        "--finished",
+    ];
+
+    let declined = run(&endpoint, &finish, "no\n");
+    assert!(!declined.status.success());
+    let shown = text(&declined.stdout);
+    assert!(
+        shown.contains("SHARD_END (finished)") && shown.contains("Type 'yes'"),
+        "{shown}"
+    );
+    assert!(shown.contains("forgets the failing record"), "{shown}");
+    assert!(text(&declined.stderr).contains("not confirmed"));
+    assert_eq!(
+        store.row(&key).await.unwrap().checkpoint,
+        Some(common::sequence(3))
+    );
+
+    let no_answer = run(&endpoint, &finish, "");
+    assert!(!no_answer.status.success(), "end of input is a no");
+
+    let accepted = run(&endpoint, &finish, "yes\n");
+    assert!(accepted.status.success(), "{}", text(&accepted.stderr));
+    let row = store.row(&key).await.unwrap();
+    assert_eq!(row.checkpoint.as_deref(), Some(SHARD_END));
+    assert_eq!(row.failing, None);
+
+    let reset = run(
+        &endpoint,
+        &[
+            "reset", "--table", &table, "--stream", "orders", "--shard", SHARD, "--yes",
+        ],
+        "",
+    );
+    assert!(reset.status.success(), "{}", text(&reset.stderr));
+    assert_eq!(store.row(&key).await.unwrap().checkpoint, None);
+}
+
+#[tokio::test]
+async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpoints() {
+    let moto = Moto::shared();
+    let (config, table, store) = fresh_table(moto).await;
+    put_row(
+        &config,
+        &table,
+        vec![
+            ("lease_key", s(SHARD)),
+            ("checkpoint", s(&common::sequence(10))),
+            ("checkpoint_sub", n(2)),
+        ],
+    )
+    .await;
+    put_row(
+        &config,
+        &table,
+        vec![
+            ("lease_key", s("shardId-000000000001")),
+            ("checkpoint", s(&common::sequence(20))),
+        ],
+    )
+    .await;
+    let newer = LeaseKey::new("orders", "shardId-000000000001");
+    assert!(
+        store
+            .acquire(&newer, "me", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint(&newer, "me", &common::sequence(25))
+            .await
+            .unwrap()
+    );
+    store.release(&newer, "me").await.unwrap();
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+
+    let output = run(
+        &endpoint,
+        &[
+            "import-legacy",
+            "--table",
+            &table,
+            "--stream",
+            "orders",
+            "--yes",
+        ],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let said = text(&output.stdout);
+    println!("{said}");
+    assert!(said.contains("imported 1 checkpoints; kept 1"), "{said}");
+    let copied = store.row(&LeaseKey::new("orders", SHARD)).await.unwrap();
+    assert_eq!(
+        (copied.checkpoint, copied.checkpoint_sub),
+        (Some(common::sequence(10)), Some(2))
+    );
+    assert_eq!(
+        store.row(&newer).await.unwrap().checkpoint,
+        Some(common::sequence(25))
+    );
+
+    let again = run(
+        &[],
+        &[
+            "--endpoint-url",
+            &moto.endpoint,
+            "import-legacy",
+            "--table",
+            &table,
+            "--stream",
+            "orders",
+            "--yes",
+        ],
+        "",
+    );
+    // Through --endpoint-url this time, with no endpoint in the environment.
+    assert!(
+        text(&again.stdout).contains("imported 0 checkpoints; kept 2"),
+        "a second run changes nothing"
+    );
+}
+
+/// A KCL 2.x lease item.
+fn kcl_lease(key: &str, checkpoint: &str, sub: u64) -> Vec<(&'static str, AttributeValue)> {
+    vec![
+        ("leaseKey", s(key)),
+        ("checkpoint", s(checkpoint)),
+        ("checkpointSubSequenceNumber", n(sub)),
+        ("leaseOwner", s("worker-1")),
+        ("leaseCounter", n(42)),
+        ("ownerSwitchesSinceCheckpoint", n(0)),
+    ]
+}
+
+#[tokio::test]
+async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards() {
+    let moto = Moto::shared();
+    let (config, table, store) = fresh_table(moto).await;
+    let kcl = unique("kcl-app");
+    create_table(&config, &kcl, "leaseKey").await;
+    for (shard, checkpoint) in [
+        ("shardId-000000000000", common::sequence(7)),
+        ("shardId-000000000001", SHARD_END.to_owned()),
+        ("shardId-000000000002", "TRIM_HORIZON".to_owned()),
+        (
+            "123456789012:payments:1700000000:shardId-000000000000",
+            common::sequence(1),
+        ),
+    ] {
+        put_row(&config, &kcl, kcl_lease(shard, &checkpoint, 0)).await;
+    }
+    let mut child = kcl_lease("shardId-000000000003", &common::sequence(9), 4);
+    child.push((
+        "parentShardId",
+        AttributeValue::Ss(vec!["shardId-000000000001".to_owned()]),
+    ));
+    put_row(&config, &kcl, child).await;
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+
+    let refused = run(
+        &endpoint,
+        &[
+            "import-kcl",
+            "--kcl-table",
+            &kcl,
+            "--table",
+            &table,
+            "--offline",
+            "--yes",
+        ],
+        "",
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--stream"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let output = run(
+        &endpoint,
+        &[
+            "import-kcl",
+            "--kcl-table",
+            &kcl,
+            "--table",
+            &table,
+            "--stream",
+            "orders",
+            "--offline",
+            "--yes",
+        ],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    println!("{}", text(&output.stdout));
+    let row = |shard: &str| {
+        let store = &store;
+        let shard = shard.to_owned();
+        async move { store.row(&LeaseKey::new("orders", shard)).await.unwrap() }
+    };
+    let plain = row(SHARD).await;
+    assert_eq!(
+        (plain.checkpoint, plain.checkpoint_sub),
+        (Some(common::sequence(7)), Some(0)),
+        "offline, sub-sequence 0 stays inside the record: never a skip"
+    );
+    assert_eq!(
+        row("shardId-000000000001").await.checkpoint.as_deref(),
+        Some(SHARD_END)
+    );
+    assert_eq!(
+        row("shardId-000000000002").await.checkpoint,
+        None,
+        "TRIM_HORIZON: nothing done"
+    );
+    let child = row("shardId-000000000003").await;
+    assert_eq!(
+        (child.checkpoint_sub, child.parent_shards),
+        (Some(4), vec!["shardId-000000000001".to_owned()])
+    );
+    assert_eq!(
+        store
+            .row(&LeaseKey::new("payments", SHARD))
+            .await
+            .unwrap()
+            .checkpoint,
+        None,
+        "another stream of a multi-stream application is left alone"
+    );
+}
+
+#[tokio::test]
+async fn import_kcl_reads_the_stream_so_a_plain_record_is_neither_replayed_nor_skipped() {
+    let moto = Moto::shared();
+    let kinesis = KinesisLocal::start();
+    let (config, table, store) = fresh_table(moto).await;
+    let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 3).await;
+    let name = unique("kcl-stream");
+    let stream = Stream::create(&kinesis_config, &name).await;
+    for n in 0..3 {
+        stream.put("k", n).await;
+    }
+    let event = stream.batch(SHARD).await;
+    let second = event.records[1].kinesis.sequence_number.clone();
+    let kcl = unique("kcl-app");
+    create_table(&config, &kcl, "leaseKey").await;
+    put_row(&config, &kcl, kcl_lease(SHARD, &second, 0)).await;
+    let endpoints = [
+        ("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.as_str()),
+        ("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.as_str()),
+    ];
+
+    let output = run(
+        &endpoints,
+        &[
+            "import-kcl",
+            "--kcl-table",
+            &kcl,
+            "--table",
+            &table,
+            "--stream",
+            &name,
+            "--yes",
+        ],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let row = store
+        .row(&LeaseKey::new(name.as_str(), SHARD))
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.checkpoint, row.checkpoint_sub),
+        (Some(second), None),
+        "a plain record is done whole: the next batch starts after it"
+    );
+}
+
+fn doctor(template: &Path) -> (bool, String) {
+    let output = run(
+        &[],
+        &["doctor", "--template", template.to_str().unwrap()],
+        "",
+    );
+    (
+        output.status.success(),
+        text(&output.stdout) + &text(&output.stderr),
+    )
+}
+
+/// The repository's template with `edits` (find, replace) applied.
+fn broken_template(edits: &[(&str, &str)]) -> std::path::PathBuf {
+    let mut template = std::fs::read_to_string(common::root().join("template.yaml")).unwrap();
+    for (find, replace) in edits {
+        assert!(template.contains(find), "the template has {find:?}");
+        template = template.replace(find, replace);
+    }
+    let path = std::env::temp_dir().join(format!("{}.yaml", unique("template")));
+    std::fs::write(&path, template).unwrap();
+    path
+}
+
+#[test]
+fn doctor_finds_nothing_wrong_with_the_repository_template() {
+    let (ok, said) = doctor(&common::root().join("template.yaml"));
+    assert!(ok, "{said}");
+    assert!(said.contains("no problems found"), "{said}");
+}
+
+#[test]
+fn doctor_says_what_to_change_in_a_mapping_that_would_lose_records() {
+    let path = broken_template(&[
+        ("              - ReportBatchItemFailures\n", ""),
+        ("MaximumRetryAttempts: -1", "MaximumRetryAttempts: 3"),
+        (
+            "MaximumRecordAgeInSeconds: -1",
+            "MaximumRecordAgeInSeconds: 3600",
+        ),
+        (
+            "BisectBatchOnFunctionError: false",
+            "BisectBatchOnFunctionError: true",
+        ),
+    ]);
+    let (ok, said) = doctor(&path);
+    println!("{said}");
+    assert!(!ok, "errors fail the command");
+    for expected in [
+        "FunctionResponseTypes does not contain ReportBatchItemFailures",
+        "fix: add `FunctionResponseTypes: [ReportBatchItemFailures]`",
+        "MaximumRetryAttempts is 3",
+        "fix: set `MaximumRetryAttempts: -1`",
+        "MaximumRecordAgeInSeconds is 3600",
+        "BisectBatchOnFunctionError is on",
+        "3 errors, 1 warnings",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in:\n{said}");
+    }
+}
+
+#[test]
+fn doctor_requires_the_partition_key_mode_for_a_parallelization_factor_above_one() {
+    let parallel = broken_template(&[("ParallelizationFactor: 1", "ParallelizationFactor: 4")]);
+    let (ok, said) = doctor(&parallel);
+    assert!(!ok);
+    assert!(
+        said.contains("ParallelizationFactor is 4")
+            && said.contains("CHECKPOINT_MODE: partition-key"),
+        "{said}"
+    );
+
+    let fixed = broken_template(&[
+        ("ParallelizationFactor: 1", "ParallelizationFactor: 4"),
+        (
+            "          RUST_LOG: info\n",
+            "          RUST_LOG: info\n          CHECKPOINT_MODE: partition-key\n",
+        ),
+    ]);
+    let (ok, said) = doctor(&fixed);
+    assert!(ok, "{said}");
+}
+
+#[test]
+fn doctor_names_each_permission_the_role_lacks() {
+    let path = broken_template(&[
+        (
+            "                  - dynamodb:GetItem\n                  - dynamodb:UpdateItem\n",
+            "                  - dynamodb:GetItem\n",
+        ),
+        ("Action: sqs:SendMessage", "Action: sqs:ReceiveMessage"),
+        ("                  - kinesis:ListShards\n", ""),
+    ]);
+    let (ok, said) = doctor(&path);
+    println!("{said}");
+    assert!(!ok);
+    for expected in [
+        "does not allow dynamodb:UpdateItem on the lease table (LeaseTable)",
+        "does not allow sqs:SendMessage on the dead-letter queue (DeadLetterQueue)",
+        "does not allow kinesis:ListShards on the stream (OrdersStream)",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in:\n{said}");
+    }
+    assert!(
+        !said.contains("dynamodb:GetItem on"),
+        "GetItem is still allowed"
+    );
+}
+
+#[test]
+fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
+    let path = broken_template(&[(
+        "MaximumRecordAgeInSeconds: -1",
+        "MaximumRecordAgeInSeconds: 60",
+    )]);
+    let output = run(
+        &[],
+        &["doctor", "--template", path.to_str().unwrap(), "--json"],
+        "",
+    );
+    assert!(!output.status.success());
+    let findings: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["severity"], "error");
+    assert_eq!(findings[0]["subject"], "LedgerFunction event Orders");
+    assert!(
+        findings[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("MaximumRecordAgeInSeconds: -1")
+    );
+}

@@ -1,0 +1,544 @@
+//! What one invocation did, as `CloudWatch` metrics in the embedded metric format (EMF).
+//!
+//! An operator needs to see from `CloudWatch` how many records a function took in, processed,
+//! skipped as duplicates, held back at the parent gate, reported for a retry or dead-lettered,
+//! and what the lease table cost, without shipping a metrics client in every function. Lambda
+//! sends a function's standard output to `CloudWatch` Logs, and `CloudWatch` turns a log line in
+//! the [embedded metric format] into metrics by itself: one JSON line per invocation is enough,
+//! with no request and no extra latency.
+//!
+//! The counts come from the [`BatchReport`] of the invocation; the `DynamoDB` requests are the
+//! ones the store really sent ([`LeaseStore::requests`]), and the checkpoint latency is the
+//! measured time of each final write.
+//!
+//! [embedded metric format]: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::lease::{
+    BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore,
+};
+use crate::processor::{BatchReport, Disposition, StopReason};
+use crate::sequence::Position;
+
+/// The `CloudWatch` namespace the metrics go to unless another is named.
+pub const DEFAULT_NAMESPACE: &str = "KinesisCheckpoint";
+
+/// Where the EMF lines go: standard output by default, which Lambda sends to `CloudWatch` Logs.
+pub type MetricsSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How a processor publishes its metrics: the namespace, the function dimension and the sink.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+///
+/// use kinesis_checkpoint::metrics::{InvocationMetrics, Metrics};
+///
+/// let lines = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&lines);
+/// let metrics = Metrics::new("Orders")
+///     .function("ledger")
+///     .sink(Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned())));
+/// metrics.emit(&InvocationMetrics::default());
+/// let document: serde_json::Value = serde_json::from_str(&lines.lock().unwrap()[0])?;
+/// assert_eq!(document["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Orders");
+/// assert_eq!(document["Function"], "ledger");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Metrics {
+    namespace: String,
+    function: Option<String>,
+    sink: MetricsSink,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("namespace", &self.namespace)
+            .field("function", &self.function)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(DEFAULT_NAMESPACE)
+    }
+}
+
+impl Metrics {
+    /// Metrics in `namespace`, with the function named by Lambda's `AWS_LAMBDA_FUNCTION_NAME`
+    /// as a dimension, written to standard output.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::metrics::Metrics;
+    /// let metrics = Metrics::new("Orders");
+    /// ```
+    #[must_use]
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            function: std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok(),
+            sink: Arc::new(|line: &str| println!("{line}")),
+        }
+    }
+
+    /// Names the function dimension (instead of `AWS_LAMBDA_FUNCTION_NAME`).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::metrics::Metrics;
+    /// let metrics = Metrics::new("Orders").function("ledger");
+    /// ```
+    #[must_use]
+    pub fn function(mut self, name: impl Into<String>) -> Self {
+        self.function = Some(name.into());
+        self
+    }
+
+    /// Sends each EMF line to `sink` instead of standard output.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::metrics::Metrics;
+    /// let metrics = Metrics::new("Orders").sink(Arc::new(|line: &str| eprintln!("{line}")));
+    /// ```
+    #[must_use]
+    pub fn sink(mut self, sink: MetricsSink) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Writes one EMF line for `metrics`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::metrics::{InvocationMetrics, Metrics};
+    /// Metrics::new("Orders").emit(&InvocationMetrics::default());
+    /// ```
+    pub fn emit(&self, metrics: &InvocationMetrics) {
+        let document = metrics.document(&self.namespace, self.function.as_deref(), now_millis());
+        (self.sink)(&document.to_string());
+    }
+}
+
+/// What one invocation did, in numbers.
+///
+/// ```
+/// use kinesis_checkpoint::metrics::InvocationMetrics;
+///
+/// let metrics = InvocationMetrics::default();
+/// let document = metrics.document("Orders", Some("ledger"), 1_700_000_000_000);
+/// assert_eq!(document["RecordsIn"], 0);
+/// assert_eq!(document["_aws"]["Timestamp"], 1_700_000_000_000_u64);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct InvocationMetrics {
+    /// The stream of the batch (Lambda sends one stream per invocation).
+    pub stream: Option<String>,
+    /// Records in the batch, KPL sub-records counted one by one.
+    pub records_in: u64,
+    /// Records the handler ran and the checkpoint covers.
+    pub processed: u64,
+    /// Records skipped as at or below the checkpoint: redeliveries.
+    pub duplicates: u64,
+    /// Records of shards held back until their parents are finished.
+    pub held: u64,
+    /// Records that failed in the handler (retry, panic, time-out, rejection without a sink)
+    /// and were reported for redelivery.
+    pub failed: u64,
+    /// Batch item failures answered to Lambda (at most one per shard).
+    pub reported: u64,
+    /// Records moved to the dead-letter sink.
+    pub dead_lettered: u64,
+    /// Records processed whose checkpoint could not be written: they will run again.
+    pub uncheckpointed: u64,
+    /// Requests the lease store sent, when it counts them.
+    pub dynamodb_requests: Option<u64>,
+    /// The time of each final checkpoint-and-release write.
+    pub checkpoint_latency: Vec<Duration>,
+}
+
+impl InvocationMetrics {
+    /// The counts of `report`; the store's requests and the latencies are added by the caller.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::BatchReport;
+    /// # use kinesis_checkpoint::metrics::InvocationMetrics;
+    /// let metrics = InvocationMetrics::from_report(&BatchReport::default());
+    /// assert_eq!(metrics.processed, 0);
+    /// ```
+    #[must_use]
+    pub fn from_report(report: &BatchReport) -> Self {
+        let mut metrics = Self {
+            stream: report.shards.first().map(|s| s.key.stream().to_owned()),
+            reported: count(report.response().batch_item_failures.len()),
+            ..Self::default()
+        };
+        for shard in &report.shards {
+            metrics.records_in += count(shard.records.len());
+            metrics.processed += count(shard.count(Disposition::Processed));
+            metrics.duplicates += count(shard.count(Disposition::Duplicate));
+            metrics.dead_lettered += count(shard.count(Disposition::DeadLettered));
+            metrics.uncheckpointed += count(shard.count(Disposition::Uncheckpointed));
+            match shard.stopped.as_ref().map(|(_, reason)| reason) {
+                Some(StopReason::Held(_)) => metrics.held += count(shard.records.len()),
+                Some(
+                    StopReason::Retry(_)
+                    | StopReason::Rejected(_)
+                    | StopReason::Panicked(_)
+                    | StopReason::HandlerTimedOut
+                    | StopReason::DeadLetterFailed(_),
+                ) => metrics.failed += 1,
+                _ => {}
+            }
+        }
+        metrics.records_in += count(report.orphans.len());
+        metrics
+    }
+
+    /// The EMF document: the `_aws` metadata naming the metrics, the dimensions (`Stream`, and
+    /// `Function` when known) and the values; `timestamp_millis` is epoch milliseconds.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::metrics::InvocationMetrics;
+    /// let mut metrics = InvocationMetrics::default();
+    /// metrics.stream = Some("orders".to_owned());
+    /// metrics.dynamodb_requests = Some(2);
+    /// let document = metrics.document("Orders", None, 0);
+    /// assert_eq!(document["Stream"], "orders");
+    /// assert_eq!(document["DynamoDBRequests"], 2);
+    /// assert_eq!(document["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "Stream");
+    /// ```
+    #[must_use]
+    pub fn document(
+        &self,
+        namespace: &str,
+        function: Option<&str>,
+        timestamp_millis: u64,
+    ) -> Value {
+        let mut values = Map::new();
+        let mut names = Vec::new();
+        let mut put = |name: &str, unit: &str, value: Value| {
+            names.push(json!({ "Name": name, "Unit": unit }));
+            values.insert(name.to_owned(), value);
+        };
+        put("RecordsIn", "Count", self.records_in.into());
+        put("Processed", "Count", self.processed.into());
+        put("Duplicates", "Count", self.duplicates.into());
+        put("Held", "Count", self.held.into());
+        put("Failed", "Count", self.failed.into());
+        put("Reported", "Count", self.reported.into());
+        put("DeadLettered", "Count", self.dead_lettered.into());
+        put("Uncheckpointed", "Count", self.uncheckpointed.into());
+        if let Some(requests) = self.dynamodb_requests {
+            put("DynamoDBRequests", "Count", requests.into());
+        }
+        if !self.checkpoint_latency.is_empty() {
+            let latencies = self
+                .checkpoint_latency
+                .iter()
+                .map(|latency| Value::from(latency.as_secs_f64() * 1_000.0))
+                .collect();
+            put("CheckpointLatency", "Milliseconds", Value::Array(latencies));
+        }
+        let mut dimensions = vec!["Stream"];
+        values.insert(
+            "Stream".to_owned(),
+            self.stream.as_deref().unwrap_or("unknown").into(),
+        );
+        if let Some(function) = function {
+            dimensions.push("Function");
+            values.insert("Function".to_owned(), function.into());
+        }
+        values.insert(
+            "_aws".to_owned(),
+            json!({
+                "Timestamp": timestamp_millis,
+                "CloudWatchMetrics": [{
+                    "Namespace": namespace,
+                    "Dimensions": [dimensions],
+                    "Metrics": names,
+                }],
+            }),
+        );
+        Value::Object(values)
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// The processor's side of the metrics: a store wrapper that times the final writes, and the
+/// store's request count when the invocation began.
+///
+/// One Lambda execution environment runs one invocation at a time, so the figures taken between
+/// [`begin`](Self::begin) and [`end`](Self::end) are that invocation's. Batches processed
+/// concurrently by one processor (a test's) share them.
+pub(crate) struct Meter {
+    metrics: Metrics,
+    store: Arc<Metered>,
+}
+
+/// The request count at the start of an invocation.
+pub(crate) struct Started(Option<u64>);
+
+impl Meter {
+    /// Wraps `store`; the processor must use the returned store from now on.
+    pub(crate) fn new(metrics: Metrics, store: Arc<dyn LeaseStore>) -> (Self, Arc<dyn LeaseStore>) {
+        let metered = Arc::new(Metered {
+            inner: store,
+            latencies: Mutex::default(),
+        });
+        let meter = Self {
+            metrics,
+            store: Arc::clone(&metered),
+        };
+        (meter, metered)
+    }
+
+    /// The store the meter wraps.
+    pub(crate) fn inner(&self) -> Arc<dyn LeaseStore> {
+        Arc::clone(&self.store.inner)
+    }
+
+    pub(crate) fn begin(&self) -> Started {
+        self.store.take_latencies();
+        Started(self.store.inner.requests())
+    }
+
+    /// Emits the invocation's metrics.
+    pub(crate) fn end(&self, started: &Started, report: &BatchReport) {
+        let mut metrics = InvocationMetrics::from_report(report);
+        metrics.dynamodb_requests = started
+            .0
+            .zip(self.store.inner.requests())
+            .map(|(before, after)| after.saturating_sub(before));
+        metrics.checkpoint_latency = self.store.take_latencies();
+        self.metrics.emit(&metrics);
+    }
+}
+
+/// A store that times each [`commit`](LeaseStore::commit), the final checkpoint-and-release
+/// write, and forwards every call unchanged, so the inner store's one-request combinations stay
+/// one request.
+struct Metered {
+    inner: Arc<dyn LeaseStore>,
+    latencies: Mutex<Vec<Duration>>,
+}
+
+impl Metered {
+    fn take_latencies(&self) -> Vec<Duration> {
+        std::mem::take(
+            &mut *self
+                .latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+impl LeaseStore for Metered {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.acquire(key, owner, ttl)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.renew(key, owner, ttl)
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.checkpoint(key, owner, sequence)
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        self.inner.read(key)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.release(key, owner)
+    }
+
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        self.inner.acquire_and_read(key, owner, ttl)
+    }
+
+    fn checkpoint_position<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.checkpoint_position(key, owner, position)
+    }
+
+    fn checkpoint_and_release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.checkpoint_and_release(key, owner, position)
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let written = self.inner.commit(key, owner, commit).await;
+            self.latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(started.elapsed());
+            written
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.finish(key, expected, expires_at)
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        self.inner.read_rows(keys)
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        // The partition-key mode's checkpoint write: timed as `commit` is.
+        Box::pin(async move {
+            let started = Instant::now();
+            let written = self.inner.commit_rows(commits).await;
+            self.latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(started.elapsed());
+            written
+        })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        self.inner.requests()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Held;
+    use crate::processor::{RecordReport, ShardReport};
+    use crate::sequence::SequenceNumber;
+
+    fn seq(n: u64) -> SequenceNumber {
+        n.to_string().parse().expect("a sequence number")
+    }
+
+    fn shard(
+        shard: &str,
+        dispositions: &[Disposition],
+        stopped: Option<StopReason>,
+    ) -> ShardReport {
+        ShardReport {
+            key: LeaseKey::new("orders", shard),
+            records: dispositions
+                .iter()
+                .zip(1..)
+                .map(|(disposition, n)| RecordReport {
+                    position: Position::record(seq(n)),
+                    disposition: *disposition,
+                })
+                .collect(),
+            stopped: stopped.map(|reason| (seq(1), reason)),
+            checkpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_held_shard_counts_all_its_records_as_held_and_a_fenced_one_as_uncheckpointed() {
+        use Disposition::{NotAttempted, Processed, Reported, Uncheckpointed};
+        let held = Held::ParentOpen {
+            parent: "shardId-000000000000".to_owned(),
+        };
+        let report = BatchReport {
+            shards: vec![
+                shard(
+                    "shardId-000000000001",
+                    &[Reported, NotAttempted, NotAttempted],
+                    Some(StopReason::Held(held)),
+                ),
+                shard(
+                    "shardId-000000000002",
+                    &[Uncheckpointed, Uncheckpointed],
+                    Some(StopReason::CheckpointFenced),
+                ),
+                shard("shardId-000000000003", &[Processed], None),
+            ],
+            orphans: Vec::new(),
+        };
+        let metrics = InvocationMetrics::from_report(&report);
+        assert_eq!(
+            (
+                metrics.records_in,
+                metrics.held,
+                metrics.uncheckpointed,
+                metrics.processed,
+                metrics.failed,
+                metrics.reported
+            ),
+            (6, 3, 2, 1, 0, 2)
+        );
+        assert_eq!(metrics.stream.as_deref(), Some("orders"));
+    }
+}

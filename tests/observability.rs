@@ -1,0 +1,258 @@
+//! What an operator sees of an invocation: tracing spans naming stream, shard and sequence
+//! number, one `CloudWatch` embedded-metric line with the invocation's counts, the `DynamoDB`
+//! requests counted as moto recorded them, and never a record's payload in either.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use base64::Engine;
+use common::moto::{Moto, create_lease_table, unique};
+use common::{context, event, lambda_record, reported};
+use kinesis_checkpoint::metrics::Metrics;
+use kinesis_checkpoint::{
+    DynamoLeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor, Record,
+};
+use serde_json::{Value, json};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+/// A payload no log may contain: marker text an operator would recognise at once.
+const SECRET: &str = "card-4111-1111-1111-1111-cvv-737";
+
+/// Everything a subscriber writes, kept for the assertions.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Metrics written to a list instead of standard output.
+fn metrics_into(lines: &Arc<Mutex<Vec<String>>>) -> Metrics {
+    let lines = Arc::clone(lines);
+    Metrics::new("KinesisCheckpointTest")
+        .function("observability")
+        .sink(Arc::new(move |line: &str| {
+            lines
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(line.to_owned());
+        }))
+}
+
+/// Records 0..5 of `orders`/`shardId-000000000000`, each payload carrying [`SECRET`].
+fn secret_batch() -> aws_lambda_events::event::kinesis::KinesisEvent {
+    let records: Vec<Value> = (0..5)
+        .map(|n| {
+            lambda_record(
+                "orders",
+                "shardId-000000000000",
+                n,
+                "customer-1",
+                &json!({ "n": n, "card": SECRET }),
+            )
+        })
+        .collect();
+    event(&records)
+}
+
+fn n_of(record: &Record) -> u64 {
+    record.json::<Value>().expect("json")["n"]
+        .as_u64()
+        .expect("n")
+}
+
+#[tokio::test]
+async fn a_record_payload_never_reaches_the_logs_or_the_metrics_while_spans_name_every_record() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(FmtSpan::NEW | FmtSpan::CLOSE)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let attempts = Arc::new(Mutex::new(0_u32));
+    let seen = Arc::clone(&attempts);
+    // Record 1 is rejected (dead-lettered with its payload), record 3 fails once: every path
+    // that logs a record runs. The handler logs the record the way a user would, by Debug.
+    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), move |record: Record| {
+        let seen = Arc::clone(&seen);
+        async move {
+            tracing::info!(?record, "handler got a record");
+            match n_of(&record) {
+                1 => Outcome::reject(format!("rejected {record}")),
+                3 => {
+                    let mut attempts = seen.lock().unwrap_or_else(PoisonError::into_inner);
+                    *attempts += 1;
+                    if *attempts == 1 {
+                        Outcome::retry("downstream unavailable")
+                    } else {
+                        Outcome::ack()
+                    }
+                }
+                _ => Outcome::ack(),
+            }
+        }
+    })
+    .dead_letters(Arc::new(MemoryDeadLetters::new()))
+    .metrics(metrics_into(&lines));
+
+    let first = processor
+        .process(secret_batch(), &context("first", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&first), vec![common::sequence(3)]);
+    let again = processor
+        .process(secret_batch(), &context("again", 60_000))
+        .await
+        .unwrap();
+    assert!(reported(&again).is_empty());
+
+    let text = logs.text();
+    let encoded = base64::engine::general_purpose::STANDARD
+        .encode(json!({ "n": 0, "card": SECRET }).to_string());
+    assert!(
+        text.contains(&format!("sequence={}", common::sequence(3))),
+        "a span per record names its sequence number:\n{text}"
+    );
+    assert!(text.contains("stream=\"orders\"") || text.contains("stream=orders"));
+    assert!(
+        text.contains("shard=\"shardId-000000000000\"")
+            || text.contains("shard=shardId-000000000000")
+    );
+    assert!(
+        text.contains("handler got a record"),
+        "the handler's log is captured"
+    );
+    assert!(
+        !text.contains(SECRET),
+        "a payload reached the logs:\n{text}"
+    );
+    assert!(
+        !text.contains(&encoded),
+        "a base64 payload reached the logs"
+    );
+    assert!(!text.contains("4111"), "part of a payload reached the logs");
+
+    let lines = lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(lines.len(), 2, "one metric line per invocation: {lines:?}");
+    assert!(lines.iter().all(|line| !line.contains(SECRET)));
+    let first: Value = serde_json::from_str(&lines[0]).unwrap();
+    let again: Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!(
+        (
+            &first["RecordsIn"],
+            &first["Processed"],
+            &first["DeadLettered"],
+            &first["Failed"],
+            &first["Reported"]
+        ),
+        (&json!(5), &json!(2), &json!(1), &json!(1), &json!(1)),
+        "{first}"
+    );
+    assert_eq!(
+        (&again["Duplicates"], &again["Processed"], &again["Failed"]),
+        (&json!(3), &json!(2), &json!(0)),
+        "{again}"
+    );
+    assert_eq!(first["Stream"], "orders");
+    assert_eq!(first["Function"], "observability");
+    assert!(
+        first.get("DynamoDBRequests").is_none(),
+        "the memory store sends no requests and says so"
+    );
+}
+
+#[tokio::test]
+async fn the_dynamodb_requests_in_the_metrics_are_those_the_server_received() {
+    let moto = Moto::start(true);
+    let config = moto.sdk_config(1).await;
+    let table = unique("metrics");
+    create_lease_table(&config, &table).await;
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let processor = Processor::new(
+        Arc::new(DynamoLeaseStore::new(&config, &table)),
+        |record: Record| async move {
+            if n_of(&record) == 7 {
+                Outcome::retry("not yet")
+            } else {
+                Outcome::ack()
+            }
+        },
+    )
+    .metrics(metrics_into(&lines));
+
+    let mut recorded = Vec::new();
+    for (request, range) in [("one", 0..5), ("two", 5..10)] {
+        moto.start_recording();
+        let response = processor
+            .process(
+                common::batch("orders", "shardId-000000000000", range),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap();
+        recorded.push(
+            moto.stop_recording()
+                .iter()
+                .filter(|target| target.starts_with("DynamoDB_"))
+                .count(),
+        );
+        let _ = reported(&response);
+    }
+
+    let lines = lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let metrics: Vec<Value> = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let counted: Vec<usize> = metrics
+        .iter()
+        .map(|m| usize::try_from(m["DynamoDBRequests"].as_u64().expect("counted")).unwrap())
+        .collect();
+    println!("DynamoDB requests per invocation: metrics {counted:?}, moto recorded {recorded:?}");
+    assert_eq!(counted, recorded);
+    assert_eq!(metrics[1]["Failed"], 1);
+    assert_eq!(metrics[1]["Processed"], 2);
+    let latencies = metrics[1]["CheckpointLatency"]
+        .as_array()
+        .expect("measured");
+    assert_eq!(latencies.len(), 1, "one final write per shard");
+    assert!(latencies[0].as_f64().unwrap() > 0.0);
+    let declared = metrics[1]["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap();
+    assert!(
+        declared
+            .iter()
+            .any(|m| m["Name"] == "CheckpointLatency" && m["Unit"] == "Milliseconds")
+    );
+}
