@@ -118,3 +118,202 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         })
     }
 }
+
+/// How often [`Chaos`] misbehaves: each fault a chance per store call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChaosLevels {
+    /// A call fails as a throttled store's would, before reaching the store.
+    pub throttle: f64,
+    /// A write reaches the store, but its answer is lost: the caller sees an error.
+    pub lost_answer: f64,
+    /// A call waits up to `max_latency` first.
+    pub latency: f64,
+    /// How long a slow call may wait.
+    pub max_latency: Duration,
+    /// Before a renew or a commit, the lease is taken by another owner for `steal_ttl`.
+    pub steal: f64,
+    /// How long a stolen lease is held.
+    pub steal_ttl: Duration,
+}
+
+/// Faults by chance, from a seed: throttling, lost answers, latency and stolen leases, on
+/// every method of the store.
+pub struct Chaos<S> {
+    pub inner: Arc<S>,
+    levels: ChaosLevels,
+    rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
+    /// Faults injected so far: throttled, lost answers, slow calls, steals.
+    pub injected: std::sync::Mutex<[u64; 4]>,
+}
+
+impl<S: LeaseStore> Chaos<S> {
+    pub fn new(inner: Arc<S>, levels: ChaosLevels, seed: u64) -> Self {
+        Self {
+            inner,
+            levels,
+            rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
+            injected: std::sync::Mutex::new([0; 4]),
+        }
+    }
+
+    fn roll(&self, chance: f64, fault: usize) -> bool {
+        let hit = self.rng.lock().unwrap().chance(chance);
+        if hit {
+            self.injected.lock().unwrap()[fault] += 1;
+        }
+        hit
+    }
+
+    /// Latency and throttling, before a call.
+    async fn before(&self) -> Result<(), LeaseError> {
+        if self.roll(self.levels.latency, 2) {
+            let micros = self
+                .rng
+                .lock()
+                .unwrap()
+                .below(u64::try_from(self.levels.max_latency.as_micros()).unwrap_or(0) + 1);
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+        }
+        if self.roll(self.levels.throttle, 0) {
+            return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected)".into());
+        }
+        Ok(())
+    }
+
+    /// A write's answer lost on its way back.
+    fn after<T>(&self, result: Result<T, LeaseError>) -> Result<T, LeaseError> {
+        if result.is_ok() && self.roll(self.levels.lost_answer, 1) {
+            return Err("the connection was reset after the request was sent (injected)".into());
+        }
+        result
+    }
+
+    async fn maybe_steal(&self, key: &LeaseKey, owner: &str) {
+        if self.roll(self.levels.steal, 3) {
+            // The owner's lease lapses and another owner takes it for a while.
+            let _ = self.inner.release(key, owner).await;
+            let _ = self
+                .inner
+                .acquire(key, "thief", self.levels.steal_ttl)
+                .await;
+        }
+    }
+}
+
+impl<S: LeaseStore> LeaseStore for Chaos<S> {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.inner.acquire(key, owner, ttl).await
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.maybe_steal(key, owner).await;
+            self.inner.renew(key, owner, ttl).await
+        })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            let written = self.inner.checkpoint(key, owner, sequence).await;
+            self.after(written)
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.inner.read(key).await
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.inner.release(key, owner).await
+        })
+    }
+
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.inner.acquire_and_read(key, owner, ttl).await
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a kinesis_checkpoint::Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.maybe_steal(key, owner).await;
+            let written = self.inner.commit(key, owner, commit).await;
+            self.after(written)
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            let written = self.inner.finish(key, expected, expires_at).await;
+            self.after(written)
+        })
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.inner.read_rows(keys).await
+        })
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [kinesis_checkpoint::KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            let written = self.inner.commit_rows(commits).await;
+            self.after(written)
+        })
+    }
+}

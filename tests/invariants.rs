@@ -1,0 +1,539 @@
+//! Invariants over many seeded scenarios: the local event source delivers a random stream
+//! (shards, a split, a merge, duplicate and concurrent deliveries, children delivered early, a
+//! `ParallelizationFactor` from 1 to 10) to a processor whose store and handler misbehave by
+//! chance (throttling, lost answers, latency, stolen leases; handler errors, poison, panics,
+//! time-outs, and invocations that die between a handler and the checkpoint). After each:
+//!
+//! 1. every record is processed or dead-lettered, none discarded;
+//! 2. a record is handled twice only when an earlier handling was in an invocation that died
+//!    before its checkpoint, or whose checkpoint did not land (the report says so): those are
+//!    counted, by cause;
+//! 3. per partition key, records are first handled in sequence order;
+//! 4. no record of a child shard is handled before every record of its parents.
+//!
+//! `INVARIANT_SCENARIOS` (default 1,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
+//! a failing one prints the command that replays it. `make soak` runs 20,000.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use common::faults::{Chaos, ChaosLevels};
+use kinesis_checkpoint::gate::{Gate, StartingPosition};
+use kinesis_checkpoint::local::{
+    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
+};
+use kinesis_checkpoint::{
+    BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink, Disposition, MemoryDeadLetters,
+    MemoryLeaseStore, Mode, Outcome, Processor, Record,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+/// What a record asks its handler to do.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// Asks for a retry on its first `n` attempts.
+    Retry(u32),
+    /// Panics on its first `n` attempts.
+    Panic(u32),
+    /// Always asks for a retry: dead-lettered after the processor's maximum attempts.
+    Stubborn,
+    /// Rejected: dead-lettered at once.
+    Poison,
+    /// Runs past the invocation's deadline on its first attempt.
+    Slow,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Payload {
+    n: u64,
+    fault: Fault,
+}
+
+/// One handling of a record: which invocation, and when (a global order).
+#[derive(Debug, Clone)]
+struct Handling {
+    invocation: String,
+    tick: u64,
+    dead_lettered: bool,
+}
+
+/// Everything a scenario observed.
+#[derive(Default)]
+struct Journal {
+    /// By record position (sequence/sub-sequence), every handling.
+    handlings: HashMap<String, Vec<Handling>>,
+    /// Invocations that died before answering.
+    died: HashSet<String>,
+    /// Per invocation, records whose checkpoint did not land.
+    uncheckpointed: HashSet<(String, String)>,
+    attempts: HashMap<String, u32>,
+}
+
+/// The handler and the invocation wrapper share one journal and one clock.
+struct Shared {
+    journal: Mutex<Journal>,
+    tick: AtomicU64,
+}
+
+impl Shared {
+    fn handled(&self, position: &str, invocation: &str, dead_lettered: bool) {
+        let tick = self.tick.fetch_add(1, Ordering::SeqCst);
+        self.journal
+            .lock()
+            .unwrap()
+            .handlings
+            .entry(position.to_owned())
+            .or_default()
+            .push(Handling {
+                invocation: invocation.to_owned(),
+                tick,
+                dead_lettered,
+            });
+    }
+}
+
+/// The function under test: a fresh processor per invocation (cheap: the store, sink and gate
+/// are shared), whose handler knows the invocation it runs in and may kill it.
+struct Harness {
+    store: Arc<dyn kinesis_checkpoint::LeaseStore>,
+    dead_letters: Arc<MemoryDeadLetters>,
+    /// The stream, for a gate per invocation (as a fresh Lambda process would have).
+    topology: Arc<MemoryStream>,
+    shared: Arc<Shared>,
+    mode: Mode,
+    in_flight: usize,
+    death_chance: f64,
+    deadline_margin: Duration,
+    rng: Mutex<Rng>,
+}
+
+impl Function for Harness {
+    fn invoke(
+        &self,
+        event: KinesisEvent,
+        context: lambda_runtime::Context,
+    ) -> BoxFuture<'_, Result<KinesisEventResponse, InvocationError>> {
+        Box::pin(async move {
+            let invocation = context.request_id.clone();
+            let death = Arc::new(Notify::new());
+            // The handling after which this invocation dies, if it does.
+            let dies_after = {
+                let mut rng = self.rng.lock().unwrap();
+                rng.chance(self.death_chance)
+                    .then(|| rng.within(1..(event.records.len() as u64 + 1)))
+            };
+            let handled = Arc::new(AtomicU64::new(0));
+            let handler = {
+                let (shared, invocation, death) =
+                    (self.shared.clone(), invocation.clone(), death.clone());
+                move |record: Record| {
+                    let (shared, invocation, death, handled) = (
+                        shared.clone(),
+                        invocation.clone(),
+                        death.clone(),
+                        handled.clone(),
+                    );
+                    async move {
+                        handle(record, &shared, &invocation, &death, &handled, dies_after).await
+                    }
+                }
+            };
+            let sink = Arc::new(Journaled {
+                inner: self.dead_letters.clone(),
+                shared: self.shared.clone(),
+                invocation: invocation.clone(),
+            });
+            let processor = Processor::new(self.store.clone(), handler)
+                .dead_letters(sink)
+                .gate(Gate::new(
+                    self.topology.clone(),
+                    StartingPosition::TrimHorizon,
+                ))
+                .mode(self.mode)
+                .concurrency(self.in_flight)
+                .lease_ttl(Duration::from_millis(150))
+                .deadline_margin(self.deadline_margin);
+            tokio::select! {
+                biased;
+                () = death.notified() => {
+                    self.shared.journal.lock().unwrap().died.insert(invocation.clone());
+                    Err(InvocationError::Function(format!("{invocation} died (injected)")))
+                }
+                report = processor.process_batch(event, &context) => {
+                    let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
+                    let mut journal = self.shared.journal.lock().unwrap();
+                    for shard in &report.shards {
+                        for record in &shard.records {
+                            if record.disposition == Disposition::Uncheckpointed {
+                                journal.uncheckpointed.insert((invocation.clone(), record.position.to_string()));
+                            }
+                        }
+                    }
+                    Ok(report.response())
+                }
+            }
+        })
+    }
+}
+
+/// The dead-letter sink of one invocation: a dead letter is a handling too.
+struct Journaled {
+    inner: Arc<MemoryDeadLetters>,
+    shared: Arc<Shared>,
+    invocation: String,
+}
+
+impl DeadLetterSink for Journaled {
+    fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(async move {
+            self.inner.send(letter).await?;
+            self.shared.handled(
+                &letter.record.position().to_string(),
+                &self.invocation,
+                true,
+            );
+            Ok(())
+        })
+    }
+}
+
+async fn handle(
+    record: Record,
+    shared: &Shared,
+    invocation: &str,
+    death: &Notify,
+    handled: &AtomicU64,
+    dies_after: Option<u64>,
+) -> Outcome {
+    let position = record.position().to_string();
+    let Ok(payload) = serde_json::from_slice::<Payload>(record.data()) else {
+        return Outcome::reject("unreadable payload");
+    };
+    let attempt = {
+        let mut journal = shared.journal.lock().unwrap();
+        let attempt = journal.attempts.entry(position.clone()).or_default();
+        *attempt += 1;
+        *attempt
+    };
+    match payload.fault {
+        Fault::Retry(n) if attempt <= n => return Outcome::retry(format!("attempt {attempt}")),
+        Fault::Panic(n) if attempt <= n => panic!("injected panic, attempt {attempt}"),
+        Fault::Stubborn => return Outcome::retry("never succeeds"),
+        Fault::Poison => return Outcome::reject("poison"),
+        Fault::Slow if attempt == 1 => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        _ => {}
+    }
+    shared.handled(&position, invocation, false);
+    if dies_after == Some(handled.fetch_add(1, Ordering::SeqCst) + 1) {
+        // The invocation dies after this record's effect and before any checkpoint.
+        death.notify_one();
+        std::future::pending::<()>().await;
+    }
+    Outcome::ack()
+}
+
+/// One scenario's settings, all drawn from its seed.
+struct Scenario {
+    seed: u64,
+    shards: usize,
+    records: u64,
+    keys: u64,
+    mapping: Mapping,
+    mode: Mode,
+    in_flight: usize,
+    death_chance: f64,
+    chaos: ChaosLevels,
+    fault_chance: f64,
+}
+
+impl Scenario {
+    fn new(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let partition_keys = rng.chance(0.3);
+        let mode = if partition_keys {
+            Mode::PartitionKey
+        } else {
+            Mode::Shard
+        };
+        let factor = if partition_keys {
+            rng.within(1..11) as usize
+        } else {
+            1
+        };
+        let mapping = Mapping::default()
+            .batch_size(rng.within(1..30) as usize)
+            .parallelization_factor(factor)
+            .bisect_batch_on_function_error(rng.chance(0.3))
+            .duplicate_deliveries(if rng.chance(0.5) { 0.2 } else { 0.0 })
+            // Lambda never delivers one partition key to two invocations at once with a
+            // factor above 1; in shard mode a concurrent delivery is fenced by the lease.
+            .concurrent_deliveries(if partition_keys || rng.chance(0.5) {
+                0.0
+            } else {
+                0.2
+            })
+            .children_before_parents(if rng.chance(0.5) { 0.8 } else { 0.0 })
+            .function_timeout(Duration::from_millis(400))
+            .maximum_backoff(Duration::from_millis(20))
+            .maximum_deliveries(20_000)
+            .seed(seed);
+        let chaotic = rng.chance(0.5);
+        Self {
+            seed,
+            shards: rng.within(1..4) as usize,
+            records: rng.within(5..80),
+            keys: rng.within(1..12),
+            mapping,
+            mode,
+            in_flight: [1, 1, 4, 16][rng.below(4) as usize],
+            death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
+            chaos: if chaotic {
+                ChaosLevels {
+                    throttle: 0.05,
+                    lost_answer: 0.03,
+                    latency: 0.1,
+                    max_latency: Duration::from_millis(2),
+                    steal: if partition_keys { 0.0 } else { 0.02 },
+                    steal_ttl: Duration::from_millis(30),
+                }
+            } else {
+                ChaosLevels::default()
+            },
+            fault_chance: if rng.chance(0.7) { 0.15 } else { 0.0 },
+        }
+    }
+
+    /// Writes the stream: records of `keys` keys, with a split and maybe a merge on the way.
+    fn stream(&self, rng: &mut Rng) -> MemoryStream {
+        let stream = MemoryStream::new("orders", self.shards);
+        let split_at = rng.chance(0.6).then(|| rng.below(self.records));
+        let merge_at = rng.chance(0.5).then(|| rng.below(self.records));
+        let mut children = None;
+        for n in 0..self.records {
+            if split_at == Some(n) {
+                let shard = stream.shard_of(&format!("key-{}", rng.below(self.keys)));
+                children = Some(stream.split(&shard));
+            }
+            if merge_at.is_some_and(|at| n >= at)
+                && let Some((left, right)) = children.take()
+            {
+                stream.merge(&left, &right);
+            }
+            let fault = if rng.chance(self.fault_chance) {
+                match rng.below(6) {
+                    0 => Fault::Retry(rng.within(1..4) as u32),
+                    1 => Fault::Panic(rng.within(1..3) as u32),
+                    2 => Fault::Stubborn,
+                    3 => Fault::Poison,
+                    4 => Fault::Slow,
+                    _ => Fault::Retry(1),
+                }
+            } else {
+                Fault::None
+            };
+            let payload = serde_json::to_vec(&Payload { n, fault }).unwrap();
+            stream.put(&format!("key-{}", rng.below(self.keys)), payload);
+        }
+        stream
+    }
+
+    fn replay(&self) -> String {
+        format!(
+            "INVARIANT_SEED={} INVARIANT_SCENARIOS=1 cargo test --test invariants -- --nocapture",
+            self.seed
+        )
+    }
+}
+
+/// What one scenario counted.
+#[derive(Debug, Default)]
+struct Counts {
+    records: u64,
+    deliveries: u64,
+    deaths: u64,
+    duplicates_after_death: u64,
+    duplicates_after_failed_checkpoint: u64,
+    dead_lettered: u64,
+    faults: [u64; 4],
+}
+
+async fn run(scenario: &Scenario) -> Result<Counts, String> {
+    let mut rng = Rng::new(scenario.seed ^ 0x5EED);
+    let stream = scenario.stream(&mut rng);
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let chaos = Arc::new(Chaos::new(memory, scenario.chaos, scenario.seed));
+    let shared = Arc::new(Shared {
+        journal: Mutex::default(),
+        tick: AtomicU64::new(0),
+    });
+    let dead_letters = Arc::new(MemoryDeadLetters::new());
+    let harness = Harness {
+        store: chaos.clone(),
+        dead_letters: dead_letters.clone(),
+        topology: Arc::new(stream.clone()),
+        shared: shared.clone(),
+        mode: scenario.mode,
+        in_flight: scenario.in_flight,
+        death_chance: scenario.death_chance,
+        deadline_margin: Duration::from_millis(50),
+        rng: Mutex::new(Rng::new(scenario.seed.rotate_left(17))),
+    };
+    let report = EventSource::new(stream.clone(), scenario.mapping.clone())
+        .run(Arc::new(harness))
+        .await
+        .map_err(|e| format!("the run stopped: {e}"))?;
+    if !report.discarded.is_empty() {
+        return Err(format!("records discarded: {:?}", report.discarded));
+    }
+
+    let journal = shared.journal.lock().unwrap();
+    let mut counts = Counts {
+        deliveries: report.deliveries,
+        deaths: journal.died.len() as u64,
+        faults: *chaos.injected.lock().unwrap(),
+        ..Counts::default()
+    };
+    // Every record of every shard, with its key and shard, in sequence order.
+    let mut first_tick: HashMap<String, u64> = HashMap::new();
+    let mut by_key: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for shard in stream.shard_ids() {
+        for record in stream.records(&shard) {
+            counts.records += 1;
+            let position = record.sequence.clone();
+            let Some(handlings) = journal.handlings.get(&position) else {
+                return Err(format!(
+                    "record {position} of {shard} was neither processed nor dead-lettered"
+                ));
+            };
+            let mut sorted = handlings.clone();
+            sorted.sort_by_key(|h| h.tick);
+            counts.dead_lettered += u64::from(sorted.iter().any(|h| h.dead_lettered));
+            for earlier in &sorted[..sorted.len() - 1] {
+                if journal.died.contains(&earlier.invocation) {
+                    counts.duplicates_after_death += 1;
+                } else if journal
+                    .uncheckpointed
+                    .contains(&(earlier.invocation.clone(), position.clone()))
+                {
+                    counts.duplicates_after_failed_checkpoint += 1;
+                } else {
+                    return Err(format!(
+                        "record {position} of {shard} was handled twice ({sorted:?}), the first time by {} which neither died nor failed to checkpoint it",
+                        earlier.invocation
+                    ));
+                }
+            }
+            first_tick.insert(position.clone(), sorted[0].tick);
+            by_key
+                .entry(record.partition_key.clone())
+                .or_default()
+                .push((position, sorted[0].tick));
+        }
+    }
+    for (key, records) in &by_key {
+        let mut records = records.clone();
+        records.sort();
+        if let Some(pair) = records.windows(2).find(|w| w[0].1 > w[1].1) {
+            return Err(format!(
+                "key {key}: record {} was first handled after the later record {}",
+                pair[0].0, pair[1].0
+            ));
+        }
+    }
+    for child in stream.shard_ids() {
+        let Some(child_first) = stream
+            .records(&child)
+            .iter()
+            .map(|r| first_tick[&r.sequence])
+            .min()
+        else {
+            continue;
+        };
+        for parent in stream.parents(&child) {
+            for record in stream.records(&parent) {
+                if first_tick[&record.sequence] > child_first {
+                    return Err(format!(
+                        "child {child} was handled before record {} of its parent {parent}",
+                        record.sequence
+                    ));
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+#[test]
+fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
+    // Injected panics are expected: keep them out of the output.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let injected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.starts_with("injected panic"));
+        if !injected {
+            default_hook(info);
+        }
+    }));
+    let count: u64 = std::env::var("INVARIANT_SCENARIOS").map_or(1_000, |n| n.parse().unwrap());
+    let first: u64 = std::env::var("INVARIANT_SEED").map_or(1, |n| n.parse().unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut totals = Counts::default();
+    let mut failures = Vec::new();
+    for seed in first..first + count {
+        let scenario = Scenario::new(seed);
+        match runtime.block_on(run(&scenario)) {
+            Ok(counts) => {
+                totals.records += counts.records;
+                totals.deliveries += counts.deliveries;
+                totals.deaths += counts.deaths;
+                totals.duplicates_after_death += counts.duplicates_after_death;
+                totals.duplicates_after_failed_checkpoint +=
+                    counts.duplicates_after_failed_checkpoint;
+                totals.dead_lettered += counts.dead_lettered;
+                for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
+                    *total += n;
+                }
+            }
+            Err(violation) => {
+                eprintln!(
+                    "scenario {seed} failed: {violation}\n  replay: {}",
+                    scenario.replay()
+                );
+                failures.push(seed);
+            }
+        }
+    }
+    eprintln!(
+        "{count} scenarios: {} records, {} deliveries, {} dead-lettered; {} invocations died, {} records handled again after a death, {} after a checkpoint that did not land; store faults injected: {} throttled, {} lost answers, {} slow calls, {} stolen leases",
+        totals.records,
+        totals.deliveries,
+        totals.dead_lettered,
+        totals.deaths,
+        totals.duplicates_after_death,
+        totals.duplicates_after_failed_checkpoint,
+        totals.faults[0],
+        totals.faults[1],
+        totals.faults[2],
+        totals.faults[3],
+    );
+    assert!(
+        totals.deaths == 0 || totals.duplicates_after_death > 0,
+        "deaths were injected but none caused a redelivery: the death injection is not working"
+    );
+    assert!(failures.is_empty(), "failing seeds: {failures:?}");
+}
