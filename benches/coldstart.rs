@@ -7,7 +7,9 @@
 //! start gets a record it has not seen, so it claims the lease, reads the topology, writes the
 //! order and the checkpoint. The bare function answers "no failures" without any I/O: the floor
 //! of what any Rust function pays. Each process also gets a second invocation, timed on its
-//! own, so that the cold start can be split into start-up and the invocation's own work.
+//! own, so that the cold start can be split into start-up and the invocation's own work. A third
+//! series starts the ledger with an empty event (`{"Records": []}`), which it answers without
+//! any request: its start-up alone, beside the bare function's.
 //!
 //! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
 //! (`cargo build --release -p ledger -p bare`). `COLDSTART_RUNS` (default 20) cold starts of
@@ -95,8 +97,8 @@ fn cargo_lambda() -> PathBuf {
 
 /// The function binary of `profile` (`release` when benchmarking).
 fn binary(profile: &str, name: &str) -> PathBuf {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root().join("target"), PathBuf::from);
+    let dir =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
     let path = dir.join(profile).join(name);
     assert!(
         path.exists(),
@@ -120,6 +122,9 @@ fn event(n: u64) -> Value {
 
 struct Function {
     name: &'static str,
+    /// Whether its events carry a record; an empty event needs no I/O from the ledger, so its
+    /// cold start is start-up alone.
+    records: bool,
     binary: PathBuf,
     env: Vec<(String, String)>,
     /// Start to first response, per run.
@@ -131,6 +136,15 @@ struct Function {
 impl Function {
     /// Starts the function against `api`, invokes it twice with fresh records and stops it.
     fn run(&mut self, api: &RuntimeApi, n: &mut u64) {
+        let mut next_event = || {
+            *n += 1;
+            if self.records {
+                event(*n)
+            } else {
+                json!({ "Records": [] })
+            }
+        };
+        let (first_event, second_event) = (next_event(), next_event());
         let start = Instant::now();
         let mut child = Command::new(&self.binary)
             .env_clear()
@@ -148,12 +162,10 @@ impl Function {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{} starts: {e}", self.binary.display()));
-        *n += 1;
-        let first = api.invoke(&event(*n));
+        let first = api.invoke(&first_event);
         self.cold.push(start.elapsed());
-        *n += 1;
         let warm = Instant::now();
-        let second = api.invoke(&event(*n));
+        let second = api.invoke(&second_event);
         self.warm.push(warm.elapsed());
         let _ = child.kill();
         let _ = child.wait();
@@ -210,57 +222,71 @@ fn main() {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
     };
-    let mut bare = Function {
+    let bare = Function {
         name: "bare",
+        records: true,
         binary: binary(profile, "bare"),
         env: Vec::new(),
         cold: Vec::new(),
         warm: Vec::new(),
     };
-    let mut ledger_fn = Function {
+    let ledger_env = aws(&[
+        ("LEASE_TABLE", &leases),
+        ("LEDGER_TABLE", &ledger),
+        ("DEAD_LETTER_QUEUE_URL", &queue),
+        ("AWS_ENDPOINT_URL", &moto.endpoint),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    let ledger_fn = Function {
         name: "ledger",
+        records: true,
         binary: binary(profile, "ledger"),
-        env: aws(&[
-            ("LEASE_TABLE", &leases),
-            ("LEDGER_TABLE", &ledger),
-            ("DEAD_LETTER_QUEUE_URL", &queue),
-            ("AWS_ENDPOINT_URL", &moto.endpoint),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-        ]),
+        env: ledger_env.clone(),
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
+    let ledger_empty = Function {
+        name: "ledger, empty event",
+        records: false,
+        binary: binary(profile, "ledger"),
+        env: ledger_env,
         cold: Vec::new(),
         warm: Vec::new(),
     };
 
     let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
     let mut n = 0;
+    let mut functions = [bare, ledger_fn, ledger_empty];
     // One of each first, not counted: the page cache then holds both binaries.
-    bare.run(&api, &mut n);
-    ledger_fn.run(&api, &mut n);
-    bare.cold.clear();
-    bare.warm.clear();
-    ledger_fn.cold.clear();
-    ledger_fn.warm.clear();
+    for function in &mut functions {
+        function.run(&api, &mut n);
+        function.cold.clear();
+        function.warm.clear();
+    }
     for run in 0..runs {
-        // Alternated, and each goes first half of the time, so drift and noise hit both.
-        if run % 2 == 0 {
-            bare.run(&api, &mut n);
-            ledger_fn.run(&api, &mut n);
-        } else {
-            ledger_fn.run(&api, &mut n);
-            bare.run(&api, &mut n);
+        // Alternated, in turn going first, so drift and noise hit each alike.
+        functions.rotate_left(usize::from(run > 0));
+        for function in &mut functions {
+            function.run(&api, &mut n);
         }
     }
     drop(api);
+    functions.sort_by_key(|function| (function.name != "bare", function.name.len()));
 
+    report(&functions, profile, runs);
+}
+
+/// Prints median and p90 of each series, and the ratios to the bare function.
+fn report(functions: &[Function], profile: &str, runs: usize) {
     println!("cold start of the {profile} builds over {runs} runs of each, alternated (ms)");
     println!(
-        "{:<8} {:>14} {:>14} {:>14} {:>20}",
+        "{:<20} {:>12} {:>10} {:>12} {:>19}",
         "function", "cold median", "cold p90", "warm median", "cold - warm median"
     );
-    for function in [&bare, &ledger_fn] {
+    for function in functions {
         let startup: Vec<Duration> = function
             .cold
             .iter()
@@ -268,7 +294,7 @@ fn main() {
             .map(|(cold, warm)| cold.saturating_sub(*warm))
             .collect();
         println!(
-            "{:<8} {:>14.2} {:>14.2} {:>14.2} {:>20.2}",
+            "{:<20} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
             function.name,
             ms(percentile(&function.cold, 50)),
             ms(percentile(&function.cold, 90)),
@@ -276,9 +302,13 @@ fn main() {
             ms(percentile(&startup, 50)),
         );
     }
-    println!(
-        "ratio ledger / bare, cold median: {:.2} (p90: {:.2})",
-        ms(percentile(&ledger_fn.cold, 50)) / ms(percentile(&bare.cold, 50)),
-        ms(percentile(&ledger_fn.cold, 90)) / ms(percentile(&bare.cold, 90)),
-    );
+    let bare = &functions[0];
+    for ledger in &functions[1..] {
+        println!(
+            "ratio {} / bare, cold median: {:.2} (p90: {:.2})",
+            ledger.name,
+            ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
+            ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
+        );
+    }
 }

@@ -42,7 +42,10 @@ fn event(count: u64) -> KinesisEvent {
     let records: Vec<Value> = (0..count)
         .map(|n| {
             let sequence = format!("4965613927021873511896241617838653987429043548461{n:07}");
-            let head = format!(r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#, n % 997);
+            let head = format!(
+                r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
+                n % 997
+            );
             let note = "x".repeat(PAYLOAD_BYTES - head.len() - 2);
             let payload = format!(r#"{head}{note}"}}"#);
             assert_eq!(payload.len(), PAYLOAD_BYTES);
@@ -69,16 +72,17 @@ fn event(count: u64) -> KinesisEvent {
 
 #[derive(serde::Deserialize)]
 struct Order {
-    order_id: String,
+    #[serde(rename = "order_id")]
+    id: String,
     amount_cents: i64,
     note: String,
 }
 
 /// The user code both sides run: read the payload as an order.
-async fn apply_order(data: &[u8]) -> Outcome {
+fn apply_order(data: &[u8]) -> Outcome {
     match serde_json::from_slice::<Order>(data) {
         Ok(order) => {
-            black_box((&order.order_id, order.amount_cents, order.note.len()));
+            black_box((&order.id, order.amount_cents, order.note.len()));
             Outcome::ack()
         }
         Err(error) => Outcome::reject(error),
@@ -86,7 +90,7 @@ async fn apply_order(data: &[u8]) -> Outcome {
 }
 
 /// The user code that does nothing: only the toolkit's own cost remains.
-async fn look_at_length(data: &[u8]) -> Outcome {
+fn look_at_length(data: &[u8]) -> Outcome {
     black_box(data.len());
     Outcome::ack()
 }
@@ -129,9 +133,10 @@ fn runtime() -> Runtime {
 /// checkpoint is below the batch).
 macro_rules! fresh_processor {
     ($user_code:expr) => {
-        Processor::new(Arc::new(MemoryLeaseStore::new()), |record: Record| async move {
-            $user_code(record.data()).await
-        })
+        Processor::new(
+            Arc::new(MemoryLeaseStore::new()),
+            |record: Record| async move { $user_code(record.data()) },
+        )
     };
 }
 
@@ -149,13 +154,12 @@ fn processor_against_bare_loop(c: &mut Criterion) {
                     || event.clone(),
                     |event| {
                         let response = if json_handler {
-                            rt.block_on(bare_loop(event, |data| async move {
-                                apply_order(&data).await
-                            }))
+                            rt.block_on(bare_loop(event, |data| async move { apply_order(&data) }))
                         } else {
-                            rt.block_on(bare_loop(event, |data| async move {
-                                look_at_length(&data).await
-                            }))
+                            rt.block_on(bare_loop(
+                                event,
+                                |data| async move { look_at_length(&data) },
+                            ))
                         };
                         assert!(response.batch_item_failures.is_empty());
                     },
@@ -192,7 +196,10 @@ fn duplicate_batch(c: &mut Criterion) {
         let report = rt
             .block_on(processor.process_batch(event.clone(), &context))
             .unwrap();
-        assert!(report.shards[0].checkpoint.is_some(), "the batch is checkpointed");
+        assert!(
+            report.shards[0].checkpoint.is_some(),
+            "the batch is checkpointed"
+        );
         group.throughput(Throughput::Elements(size));
         group.bench_function(BenchmarkId::new("processor", size), |b| {
             b.iter_batched(
