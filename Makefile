@@ -8,7 +8,8 @@
 #   make invoke EVENT=events/batch.json
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors
-#   make bench      KPL de-aggregation throughput; per-key concurrency speed-ups (criterion)
+#   make bench      every benchmark of BENCHMARKS.md: processor overhead, requests per batch,
+#                   peak memory, cold start, arm64 binary size, per-key concurrency, KPL
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -77,9 +78,20 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
-bench:
-	cargo bench --bench kpl -- --warm-up-time 1 --measurement-time 3
-	cargo bench --bench concurrency
+# The figures of BENCHMARKS.md. Criterion's warm-up and measurement times are shortened so the
+# whole run takes minutes; the release builds (host and arm64) dominate a cold run.
+CRITERION_ARGS ?= --warm-up-time 1 --measurement-time 3
+bench: $(VENV)/.installed
+	cargo bench --bench processor -- $(CRITERION_ARGS)
+	$(VENV)/bin/python scripts/bench_summary.py
+	cargo test --test cost -- --nocapture a_steady_state_batch
+	cargo bench --bench memory
+	cargo build --release -p ledger -p bare
+	cargo bench --bench coldstart
+	cd functions/ledger && cargo lambda build --release --arm64
+	@echo "arm64 bootstrap (stripped): $$(stat -c %s target/lambda/ledger/bootstrap) bytes"
+	cargo bench --bench concurrency -- $(CRITERION_ARGS)
+	cargo bench --bench kpl -- $(CRITERION_ARGS)
 
 clean:
 	cargo clean

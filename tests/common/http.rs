@@ -11,6 +11,9 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> std::io::Result<(u16, Ve
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
     let mut stream = TcpStream::connect(authority)?;
+    // The head and the body go out as separate writes: without this, Nagle's algorithm holds
+    // the body until the server's delayed ACK (40 ms), which the cold-start benchmark would count.
+    stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_mins(3)))?;
     write!(
         stream,

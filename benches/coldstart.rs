@@ -1,0 +1,314 @@
+//! Cold start: the release build of `functions/ledger` against a bare `lambda_runtime`
+//! function (`functions/bare`) built the same way, each timed from process start to its first
+//! response under `cargo lambda watch --only-lambda-apis` on 127.0.0.1, alternated in one run.
+//!
+//! The ledger's first response is a real one: moto (started here) holds its lease and ledger
+//! tables, the stream `orders` its parent gate reads and its dead-letter queue, and each cold
+//! start gets a record it has not seen, so it claims the lease, reads the topology, writes the
+//! order and the checkpoint. The bare function answers "no failures" without any I/O: the floor
+//! of what any Rust function pays. Each process also gets a second invocation, timed on its
+//! own, so that the cold start can be split into start-up and the invocation's own work. A third
+//! series starts the ledger with an empty event (`{"Records": []}`), which it answers without
+//! any request: its start-up alone, beside the bare function's.
+//!
+//! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
+//! (`cargo build --release -p ledger -p bare`). `COLDSTART_RUNS` (default 20) cold starts of
+//! each. `cargo bench --bench coldstart`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::moto::{Moto, create_lease_table, create_queue, create_table, python, unique};
+use common::{http, lambda_record, root};
+use serde_json::{Value, json};
+
+/// `cargo lambda watch --only-lambda-apis` on a port of its own; stopped on drop.
+struct RuntimeApi {
+    child: Child,
+    port: u16,
+}
+
+impl RuntimeApi {
+    fn start(log: &Path) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(log).unwrap();
+        let mut child = Command::new(cargo_lambda())
+            .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
+            .args(["-P", &port.to_string()])
+            .current_dir(root().join("functions/bare"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("cargo lambda starts; `make venv` installs it");
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let exited = child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "cargo lambda watch did not listen ({exited:?})"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+
+    fn invoke(&self, event: &Value) -> Value {
+        let url = format!(
+            "http://127.0.0.1:{}/2015-03-31/functions/_/invocations",
+            self.port
+        );
+        let (status, body) = http::request("POST", &url, event.to_string().as_bytes())
+            .expect("the invoke API answers");
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        answer
+    }
+}
+
+impl Drop for RuntimeApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cargo-lambda` from `CARGO_LAMBDA`, the repository's `.venv`, or the `PATH`.
+fn cargo_lambda() -> PathBuf {
+    if let Some(path) = std::env::var_os("CARGO_LAMBDA") {
+        return path.into();
+    }
+    let venv = python().with_file_name("cargo-lambda");
+    if venv.exists() {
+        venv
+    } else {
+        "cargo-lambda".into()
+    }
+}
+
+/// The function binary of `profile` (`release` when benchmarking).
+fn binary(profile: &str, name: &str) -> PathBuf {
+    let dir =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let path = dir.join(profile).join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo build --release -p ledger -p bare` (make bench does)",
+        path.display()
+    );
+    path
+}
+
+/// An event of one order record of the shard, numbered `n`: a record the ledger has not seen
+/// when `n` grows.
+fn event(n: u64) -> Value {
+    json!({ "Records": [lambda_record(
+        "orders",
+        "shardId-000000000000",
+        n,
+        &format!("A-{}", n % 10),
+        &json!({ "order_id": format!("A-{}", n % 10), "amount_cents": 100, "currency": "EUR" }),
+    )] })
+}
+
+struct Function {
+    name: &'static str,
+    /// Whether its events carry a record; an empty event needs no I/O from the ledger, so its
+    /// cold start is start-up alone.
+    records: bool,
+    binary: PathBuf,
+    env: Vec<(String, String)>,
+    /// Start to first response, per run.
+    cold: Vec<Duration>,
+    /// The second invocation of the same process, per run.
+    warm: Vec<Duration>,
+}
+
+impl Function {
+    /// Starts the function against `api`, invokes it twice with fresh records and stops it.
+    fn run(&mut self, api: &RuntimeApi, n: &mut u64) {
+        let mut next_event = || {
+            *n += 1;
+            if self.records {
+                event(*n)
+            } else {
+                json!({ "Records": [] })
+            }
+        };
+        let (first_event, second_event) = (next_event(), next_event());
+        let start = Instant::now();
+        let mut child = Command::new(&self.binary)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{}/.rt", api.port),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", self.binary.display()));
+        let first = api.invoke(&first_event);
+        self.cold.push(start.elapsed());
+        let warm = Instant::now();
+        let second = api.invoke(&second_event);
+        self.warm.push(warm.elapsed());
+        let _ = child.kill();
+        let _ = child.wait();
+        for answer in [first, second] {
+            assert_eq!(
+                answer,
+                json!({ "batchItemFailures": [] }),
+                "{} answered with failures",
+                self.name
+            );
+        }
+    }
+}
+
+fn percentile(samples: &[Duration], p: usize) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1_000.0
+}
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    // `cargo bench` passes `--bench`; under `cargo test` (`make test`) one run of the debug
+    // binaries checks that the harness and both functions still work.
+    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    let (profile, runs) = if benchmarking {
+        let runs = std::env::var("COLDSTART_RUNS")
+            .ok()
+            .and_then(|runs| runs.parse().ok())
+            .unwrap_or(20);
+        ("release", runs)
+    } else {
+        ("debug", 1)
+    };
+    let moto = Moto::start(true);
+    let (leases, ledger) = (unique("leases"), unique("ledger"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let queue = rt.block_on(async {
+        let config = moto.sdk_config(3).await;
+        create_lease_table(&config, &leases).await;
+        create_table(&config, &ledger, "order_id").await;
+        common::kinesis::Stream::create(&config, "orders").await;
+        create_queue(&config).await
+    });
+    let aws = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let bare = Function {
+        name: "bare",
+        records: true,
+        binary: binary(profile, "bare"),
+        env: Vec::new(),
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
+    let ledger_env = aws(&[
+        ("LEASE_TABLE", &leases),
+        ("LEDGER_TABLE", &ledger),
+        ("DEAD_LETTER_QUEUE_URL", &queue),
+        ("AWS_ENDPOINT_URL", &moto.endpoint),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    let ledger_fn = Function {
+        name: "ledger",
+        records: true,
+        binary: binary(profile, "ledger"),
+        env: ledger_env.clone(),
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
+    let ledger_empty = Function {
+        name: "ledger, empty event",
+        records: false,
+        binary: binary(profile, "ledger"),
+        env: ledger_env,
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
+
+    let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
+    let mut n = 0;
+    let mut functions = [bare, ledger_fn, ledger_empty];
+    // One of each first, not counted: the page cache then holds both binaries.
+    for function in &mut functions {
+        function.run(&api, &mut n);
+        function.cold.clear();
+        function.warm.clear();
+    }
+    for run in 0..runs {
+        // Alternated, in turn going first, so drift and noise hit each alike.
+        functions.rotate_left(usize::from(run > 0));
+        for function in &mut functions {
+            function.run(&api, &mut n);
+        }
+    }
+    drop(api);
+    functions.sort_by_key(|function| (function.name != "bare", function.name.len()));
+
+    report(&functions, profile, runs);
+}
+
+/// Prints median and p90 of each series, and the ratios to the bare function.
+fn report(functions: &[Function], profile: &str, runs: usize) {
+    println!("cold start of the {profile} builds over {runs} runs of each, alternated (ms)");
+    println!(
+        "{:<20} {:>12} {:>10} {:>12} {:>19}",
+        "function", "cold median", "cold p90", "warm median", "cold - warm median"
+    );
+    for function in functions {
+        let startup: Vec<Duration> = function
+            .cold
+            .iter()
+            .zip(&function.warm)
+            .map(|(cold, warm)| cold.saturating_sub(*warm))
+            .collect();
+        println!(
+            "{:<20} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
+            function.name,
+            ms(percentile(&function.cold, 50)),
+            ms(percentile(&function.cold, 90)),
+            ms(percentile(&function.warm, 50)),
+            ms(percentile(&startup, 50)),
+        );
+    }
+    let bare = &functions[0];
+    for ledger in &functions[1..] {
+        println!(
+            "ratio {} / bare, cold median: {:.2} (p90: {:.2})",
+            ledger.name,
+            ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
+            ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
+        );
+    }
+}

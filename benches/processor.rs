@@ -1,0 +1,219 @@
+//! What the processor adds to a handler, measured beside the floor in the same run.
+//!
+//! The floor is what a function without the toolkit does with the same event: a bare loop over
+//! its records that hands each payload to the same user code. The processor does that plus
+//! everything this crate exists for (parse stream, shard and sequence number, claim the lease
+//! and read the checkpoint, dedupe, dispatch with panic and deadline guards, checkpoint and
+//! release), here on [`MemoryLeaseStore`] so that only CPU is measured.
+//!
+//! Both start from the deserialized `KinesisEvent` (what `lambda_runtime` hands either kind of
+//! function) of records of 1 KB, in batches of 100, 1,000 and 10,000; the copy of the event is
+//! made outside the timed part. Two handlers:
+//!
+//! - `json`: the user code reads each payload as a typed order (`serde_json`), as a real
+//!   consumer does; the targets (at most 1.2 times the floor, under 0.5 µs added per record)
+//!   apply here.
+//! - `empty`: the user code only looks at the payload's length, so the ratio is as harsh as it
+//!   can be; the difference per record is the toolkit's own cost, whatever the handler.
+//!
+//! And `duplicate`: a batch already checkpointed, every record skipped (a redelivery).
+//!
+//! `make bench` runs it and `scripts/bench-summary` prints the ratios and the cost per record
+//! from criterion's estimates (see BENCHMARKS.md).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use base64::Engine;
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+use serde_json::{Value, json};
+use tokio::runtime::Runtime;
+
+const SIZES: [u64; 3] = [100, 1_000, 10_000];
+const PAYLOAD_BYTES: usize = 1_024;
+
+/// An event of `count` records of one shard, each a JSON order of exactly 1 KB, with Kinesis'
+/// 56-digit sequence numbers.
+fn event(count: u64) -> KinesisEvent {
+    let records: Vec<Value> = (0..count)
+        .map(|n| {
+            let sequence = format!("4965613927021873511896241617838653987429043548461{n:07}");
+            let head = format!(
+                r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
+                n % 997
+            );
+            let note = "x".repeat(PAYLOAD_BYTES - head.len() - 2);
+            let payload = format!(r#"{head}{note}"}}"#);
+            assert_eq!(payload.len(), PAYLOAD_BYTES);
+            json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": format!("order-{}", n % 64),
+                    "sequenceNumber": sequence,
+                    "data": base64::engine::general_purpose::STANDARD.encode(payload),
+                    "approximateArrivalTimestamp": 1_764_512_345.5,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("shardId-000000000000:{sequence}"),
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).expect("a Lambda-shaped event")
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    #[serde(rename = "order_id")]
+    id: String,
+    amount_cents: i64,
+    note: String,
+}
+
+/// The user code both sides run: read the payload as an order.
+fn apply_order(data: &[u8]) -> Outcome {
+    match serde_json::from_slice::<Order>(data) {
+        Ok(order) => {
+            black_box((&order.id, order.amount_cents, order.note.len()));
+            Outcome::ack()
+        }
+        Err(error) => Outcome::reject(error),
+    }
+}
+
+/// The user code that does nothing: only the toolkit's own cost remains.
+fn look_at_length(data: &[u8]) -> Outcome {
+    black_box(data.len());
+    Outcome::ack()
+}
+
+/// A function without the toolkit: every record to the user code, stopping at the first that
+/// is not done and reporting it.
+async fn bare_loop<F, Fut>(event: KinesisEvent, user_code: F) -> KinesisEventResponse
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    let mut response = KinesisEventResponse::default();
+    for record in event.records {
+        if !user_code(record.kinesis.data.0).await.is_ack() {
+            response.add_failure(record.kinesis.sequence_number);
+            break;
+        }
+    }
+    response
+}
+
+/// A context as Lambda gives it: a request id and a deadline 15 minutes away, so the processor
+/// runs its deadline checks as in production.
+fn context() -> lambda_runtime::Context {
+    let mut context = lambda_runtime::Context::default();
+    "bench".clone_into(&mut context.request_id);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    context.deadline = u64::try_from((now + Duration::from_mins(15)).as_millis()).unwrap();
+    context
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// A processor on a fresh store: every batch is new to it, as in steady state (the row's
+/// checkpoint is below the batch).
+macro_rules! fresh_processor {
+    ($user_code:expr) => {
+        Processor::new(
+            Arc::new(MemoryLeaseStore::new()),
+            |record: Record| async move { $user_code(record.data()) },
+        )
+    };
+}
+
+fn processor_against_bare_loop(c: &mut Criterion) {
+    let rt = runtime();
+    for (name, json_handler) in [("json", true), ("empty", false)] {
+        let mut group = c.benchmark_group(format!("batch_{name}"));
+        group.sample_size(20);
+        for size in SIZES {
+            let event = event(size);
+            let context = context();
+            group.throughput(Throughput::Elements(size));
+            group.bench_function(BenchmarkId::new("bare_loop", size), |b| {
+                b.iter_batched(
+                    || event.clone(),
+                    |event| {
+                        let response = if json_handler {
+                            rt.block_on(bare_loop(event, |data| async move { apply_order(&data) }))
+                        } else {
+                            rt.block_on(bare_loop(
+                                event,
+                                |data| async move { look_at_length(&data) },
+                            ))
+                        };
+                        assert!(response.batch_item_failures.is_empty());
+                    },
+                    BatchSize::LargeInput,
+                );
+            });
+            group.bench_function(BenchmarkId::new("processor", size), |b| {
+                b.iter_batched(
+                    || event.clone(),
+                    |event| {
+                        let response = if json_handler {
+                            rt.block_on(fresh_processor!(apply_order).process(event, &context))
+                        } else {
+                            rt.block_on(fresh_processor!(look_at_length).process(event, &context))
+                        };
+                        assert!(response.unwrap().batch_item_failures.is_empty());
+                    },
+                    BatchSize::LargeInput,
+                );
+            });
+        }
+        group.finish();
+    }
+}
+
+fn duplicate_batch(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("duplicate");
+    group.sample_size(20);
+    for size in SIZES {
+        let event = event(size);
+        let context = context();
+        let processor = fresh_processor!(apply_order);
+        let report = rt
+            .block_on(processor.process_batch(event.clone(), &context))
+            .unwrap();
+        assert!(
+            report.shards[0].checkpoint.is_some(),
+            "the batch is checkpointed"
+        );
+        group.throughput(Throughput::Elements(size));
+        group.bench_function(BenchmarkId::new("processor", size), |b| {
+            b.iter_batched(
+                || event.clone(),
+                |event| {
+                    let response = rt.block_on(processor.process(event, &context));
+                    assert!(response.unwrap().batch_item_failures.is_empty());
+                },
+                BatchSize::LargeInput,
+            );
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, processor_against_bare_loop, duplicate_batch);
+criterion_main!(benches);
