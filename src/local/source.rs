@@ -752,12 +752,16 @@ impl Lane {
     }
 }
 
-/// The earliest moment a lane waiting after a failure may be retried.
+/// The earliest moment a lane waiting after a failure may be retried. A wait already over
+/// belongs to a lane with nothing left to deliver (it would have had a batch): not a reason to
+/// go on.
 fn earliest_retry(shards: &BTreeMap<String, ShardProgress>) -> Option<Instant> {
+    let now = Instant::now();
     shards
         .values()
         .flat_map(|s| s.lanes.iter())
         .filter_map(|l| l.not_before)
+        .filter(|&when| when > now)
         .min()
 }
 

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::gate::{ShardInfo, Topology, TopologyError};
-use crate::lease::BoxFuture;
+use crate::lease::{BoxFuture, LeaseKey};
+use crate::record::Record;
 
 /// One record of a stream, as the event source reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -469,6 +470,25 @@ impl Topology for MemoryStream {
 
     fn retention<'a>(&'a self, _stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
         Box::pin(async { Ok(Duration::from_hours(24)) })
+    }
+
+    fn records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Record>, TopologyError>> {
+        let key = LeaseKey::new(stream, shard);
+        let records = self
+            .records(shard)
+            .into_iter()
+            .map(|r| {
+                let sequence = r.sequence.parse().map_err(|e| {
+                    format!("shard {shard} of stream {stream} holds a bad sequence number: {e}")
+                })?;
+                Ok(Record::new(key.clone(), sequence, r.partition_key, r.data))
+            })
+            .collect::<Result<Vec<_>, TopologyError>>();
+        Box::pin(async move { records })
     }
 }
 

@@ -153,6 +153,7 @@ fn progress(done: usize, total: usize, deliveries: u64, last_step: &mut usize) {
     }
 }
 
+#[allow(clippy::too_many_lines, reason = "the demo reads top to bottom")]
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -31,13 +31,13 @@ struct Local {
 }
 
 impl Local {
-    fn start(env: &[(&str, &str)]) -> Self {
+    fn start(log: &str, env: &[(&str, &str)]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let log = std::fs::File::create(root().join("target/e2e-ledger.log")).unwrap();
+        let log = std::fs::File::create(root().join("target").join(log)).unwrap();
         let mut runtime_api = Command::new(cargo_lambda())
             .args([
                 "lambda",
@@ -247,19 +247,22 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
         let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
         let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
         move || {
-            Local::start(&[
-                ("LEASE_TABLE", &leases),
-                ("LEDGER_TABLE", &ledger),
-                ("DEAD_LETTER_QUEUE_URL", &queue),
-                ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
-                ("STARTING_POSITION", "TRIM_HORIZON"),
-                ("AWS_ENDPOINT_URL", &endpoint),
-                ("AWS_REGION", "us-east-1"),
-                ("AWS_ACCESS_KEY_ID", "test"),
-                ("AWS_SECRET_ACCESS_KEY", "test"),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-                ("RUST_LOG", "info,kinesis_checkpoint=debug"),
-            ])
+            Local::start(
+                "e2e-ledger.log",
+                &[
+                    ("LEASE_TABLE", &leases),
+                    ("LEDGER_TABLE", &ledger),
+                    ("DEAD_LETTER_QUEUE_URL", &queue),
+                    ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
+                    ("STARTING_POSITION", "TRIM_HORIZON"),
+                    ("AWS_ENDPOINT_URL", &endpoint),
+                    ("AWS_REGION", "us-east-1"),
+                    ("AWS_ACCESS_KEY_ID", "test"),
+                    ("AWS_SECRET_ACCESS_KEY", "test"),
+                    ("AWS_EC2_METADATA_DISABLED", "true"),
+                    ("RUST_LOG", "info,kinesis_checkpoint=debug"),
+                ],
+            )
         }
     })
     .await
@@ -329,6 +332,105 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     assert_eq!(
         s(shard1, "checkpoint"),
         child.records[2].kinesis.sequence_number
+    );
+    drop(local);
+}
+
+/// The whole function, driven by the local event source over a Kinesis endpoint
+/// (kinesis-local) the way Lambda's mapping drives it: batches of 10 per shard, duplicate
+/// deliveries, redelivery from each reported record, and a split whose children may come before
+/// their parent is finished.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stream() {
+    use kinesis_checkpoint::local::{EventSource, KinesisStream, Mapping, RuntimeApi};
+
+    let moto = Moto::shared();
+    let config = moto.sdk_config(3).await;
+    let (leases, ledger) = (unique("leases"), unique("ledger"));
+    create_lease_table(&config, &leases).await;
+    create_table(&config, &ledger, "order_id").await;
+    let kinesis = common::kinesis::KinesisLocal::start();
+    let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
+    let stream = common::kinesis::Stream::create(&kinesis_config, "orders").await;
+    let mut want = HashMap::new();
+    for n in 0..60_i64 {
+        if n == 30 {
+            stream.split("shardId-000000000000").await;
+        }
+        let mut order = serde_json::json!({
+            "order_id": format!("order-{n}"),
+            "amount_cents": 100 + n,
+        });
+        if n % 17 == 5 {
+            order["fail"] = "transient".into();
+        }
+        want.insert(format!("order-{n}"), (100 + n, 1));
+        stream
+            .client
+            .put_record()
+            .stream_name("orders")
+            .partition_key(format!("customer-{}", n % 7))
+            .data(aws_sdk_kinesis::primitives::Blob::new(order.to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let queue = common::moto::create_queue(&config).await;
+    let local = tokio::task::spawn_blocking({
+        let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
+        let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
+        move || {
+            Local::start(
+                "e2e-ledger-local-source.log",
+                &[
+                    ("LEASE_TABLE", &leases),
+                    ("LEDGER_TABLE", &ledger),
+                    ("DEAD_LETTER_QUEUE_URL", &queue),
+                    ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
+                    ("AWS_ENDPOINT_URL", &endpoint),
+                    ("AWS_REGION", "us-east-1"),
+                    ("AWS_ACCESS_KEY_ID", "test"),
+                    ("AWS_SECRET_ACCESS_KEY", "test"),
+                    ("AWS_EC2_METADATA_DISABLED", "true"),
+                ],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let endpoint = local.url.split("/2015-03-31").next().unwrap().to_owned();
+
+    let source = KinesisStream::connect(&kinesis_config, "orders")
+        .await
+        .unwrap();
+    let mapping = Mapping::default()
+        .batch_size(10)
+        .duplicate_deliveries(0.3)
+        .children_before_parents(1.0)
+        .function_timeout(Duration::from_secs(60))
+        .seed(7);
+    let run = EventSource::new(source, mapping)
+        .run(std::sync::Arc::new(RuntimeApi::new(endpoint, "_")))
+        .await
+        .unwrap();
+
+    assert!(run.discarded.is_empty());
+    assert!(
+        run.partial_failures >= 4,
+        "each transient order was reported: {run:?}"
+    );
+    assert!(run.redeliveries > 0 && run.early_children > 0, "{run:?}");
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    assert_eq!(
+        ledger_totals(&client, &ledger).await,
+        want,
+        "every order applied exactly once"
+    );
+    let rows = lease_rows(&client, &leases).await;
+    assert_eq!(
+        s(&rows["orders:shardId-000000000000"], "checkpoint"),
+        "SHARD_END",
+        "the split parent is finished"
     );
     drop(local);
 }
