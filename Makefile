@@ -1,6 +1,9 @@
 # kinesis-checkpoint: build, run and test the toolkit and its example function.
 #
-#   make demo       the sample events through the processor on the embedded store (no server)
+#   make demo       the ledger handler over a synthetic stream through the local event source
+#   make soak       the invariant scenarios of tests/invariants.rs, 20,000 of them
+#   make status     the lease table, one line per shard (TABLE=..., STREAM=...)
+#   make doctor     template.yaml's event source mapping checked against what the toolkit needs
 #   make test       every test, installing the Python tools it needs into .venv
 #   make build      the ledger function for Lambda (arm64, release) with cargo lambda
 #   make deploy     sam build && sam deploy (the stack of template.yaml)
@@ -27,7 +30,7 @@ LEDGER_TABLE ?= kinesis-checkpoint-ledger
 EVENT ?= events/batch.json
 STACK ?= kinesis-checkpoint
 
-.PHONY: all demo test build deploy watch invoke validate lint bench clean venv
+.PHONY: all demo soak status doctor test build deploy watch invoke validate lint bench clean venv
 
 all: build
 
@@ -46,6 +49,16 @@ $(KINESIS_LOCAL):
 
 demo:
 	cargo run --quiet -p ledger --example demo
+
+SCENARIOS ?= 20000
+soak:
+	INVARIANT_SCENARIOS=$(SCENARIOS) cargo test --test invariants -- --nocapture
+
+status:
+	cargo run --quiet -p kinesis-checkpoint-cli -- status --table $(or $(TABLE),$(LEASE_TABLE)) $(if $(STREAM),--stream $(STREAM))
+
+doctor:
+	cargo run --quiet -p kinesis-checkpoint-cli -- doctor --template template.yaml
 
 test: $(VENV)/.installed $(KINESIS_LOCAL)
 	cargo test --workspace --all-targets
