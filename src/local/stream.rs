@@ -338,12 +338,7 @@ impl MemoryStream {
     /// ```
     #[must_use]
     pub fn parents(&self, shard: &str) -> Vec<String> {
-        self.lock()
-            .shards
-            .iter()
-            .find(|s| s.id == shard)
-            .map(|s| s.parents.clone())
-            .unwrap_or_default()
+        self.of_shard(shard, |s| s.parents.clone())
     }
 
     /// Every record of `shard`, oldest first.
@@ -356,11 +351,16 @@ impl MemoryStream {
     /// ```
     #[must_use]
     pub fn records(&self, shard: &str) -> Vec<StreamRecord> {
+        self.of_shard(shard, |s| s.records.clone())
+    }
+
+    /// `read` of the shard `id`; the default of `T` for an unknown shard.
+    fn of_shard<T: Default>(&self, id: &str, read: impl FnOnce(&Shard) -> T) -> T {
         self.lock()
             .shards
             .iter()
-            .find(|s| s.id == shard)
-            .map(|s| s.records.clone())
+            .find(|s| s.id == id)
+            .map(read)
             .unwrap_or_default()
     }
 

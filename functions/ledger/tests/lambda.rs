@@ -111,6 +111,42 @@ impl Drop for Local {
     }
 }
 
+/// The tables and queue a test made for the function.
+struct Tables {
+    leases: String,
+    ledger: String,
+    queue: String,
+}
+
+impl Tables {
+    /// Starts the function on them, against moto at `moto` and kinesis-local at `kinesis`.
+    async fn start(&self, log: &str, moto: &str, kinesis: &str, extra: &[(&str, &str)]) -> Local {
+        let env: Vec<(String, String)> = [
+            ("LEASE_TABLE", self.leases.as_str()),
+            ("LEDGER_TABLE", self.ledger.as_str()),
+            ("DEAD_LETTER_QUEUE_URL", self.queue.as_str()),
+            ("AWS_ENDPOINT_URL_KINESIS", kinesis),
+            ("AWS_ENDPOINT_URL", moto),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let log = log.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            Local::start(&log, &env)
+        })
+        .await
+        .unwrap()
+    }
+}
+
 /// `cargo-lambda` from `CARGO_LAMBDA`, the repository's `.venv`, or the `PATH`.
 fn cargo_lambda() -> PathBuf {
     if let Some(path) = std::env::var_os("CARGO_LAMBDA") {
@@ -243,30 +279,22 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     common::kinesis::Stream::with_shards(&kinesis_config, "orders", 2).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let queue = common::moto::create_queue(&config).await;
-    let local = tokio::task::spawn_blocking({
-        let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
-        let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
-        move || {
-            Local::start(
-                "e2e-ledger.log",
-                &[
-                    ("LEASE_TABLE", &leases),
-                    ("LEDGER_TABLE", &ledger),
-                    ("DEAD_LETTER_QUEUE_URL", &queue),
-                    ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
-                    ("STARTING_POSITION", "TRIM_HORIZON"),
-                    ("AWS_ENDPOINT_URL", &endpoint),
-                    ("AWS_REGION", "us-east-1"),
-                    ("AWS_ACCESS_KEY_ID", "test"),
-                    ("AWS_SECRET_ACCESS_KEY", "test"),
-                    ("AWS_EC2_METADATA_DISABLED", "true"),
-                    ("RUST_LOG", "info,kinesis_checkpoint=debug"),
-                ],
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let tables = Tables {
+        leases: leases.clone(),
+        ledger: ledger.clone(),
+        queue: queue.clone(),
+    };
+    let local = tables
+        .start(
+            "e2e-ledger.log",
+            &moto.endpoint,
+            &kinesis.endpoint,
+            &[
+                ("STARTING_POSITION", "TRIM_HORIZON"),
+                ("RUST_LOG", "info,kinesis_checkpoint=debug"),
+            ],
+        )
+        .await;
     // Blocking calls are fine here: the function runs in another process.
     let invoke = |event: KinesisEvent| local.invoke(&event);
 
@@ -376,28 +404,19 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
             .unwrap();
     }
     let queue = common::moto::create_queue(&config).await;
-    let local = tokio::task::spawn_blocking({
-        let (leases, ledger, endpoint) = (leases.clone(), ledger.clone(), moto.endpoint.clone());
-        let (queue, kinesis) = (queue.clone(), kinesis.endpoint.clone());
-        move || {
-            Local::start(
-                "e2e-ledger-local-source.log",
-                &[
-                    ("LEASE_TABLE", &leases),
-                    ("LEDGER_TABLE", &ledger),
-                    ("DEAD_LETTER_QUEUE_URL", &queue),
-                    ("AWS_ENDPOINT_URL_KINESIS", &kinesis),
-                    ("AWS_ENDPOINT_URL", &endpoint),
-                    ("AWS_REGION", "us-east-1"),
-                    ("AWS_ACCESS_KEY_ID", "test"),
-                    ("AWS_SECRET_ACCESS_KEY", "test"),
-                    ("AWS_EC2_METADATA_DISABLED", "true"),
-                ],
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let tables = Tables {
+        leases: leases.clone(),
+        ledger: ledger.clone(),
+        queue,
+    };
+    let local = tables
+        .start(
+            "e2e-ledger-local-source.log",
+            &moto.endpoint,
+            &kinesis.endpoint,
+            &[],
+        )
+        .await;
     let endpoint = local.url.split("/2015-03-31").next().unwrap().to_owned();
 
     let source = KinesisStream::connect(&kinesis_config, "orders")
@@ -407,7 +426,7 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
         .batch_size(10)
         .duplicate_deliveries(0.3)
         .children_before_parents(1.0)
-        .function_timeout(Duration::from_secs(60))
+        .function_timeout(Duration::from_mins(1))
         .seed(7);
     let run = EventSource::new(source, mapping)
         .run(std::sync::Arc::new(RuntimeApi::new(endpoint, "_")))
