@@ -416,6 +416,14 @@ impl Gate {
                 Err(error) => vec![error.into_record()],
             })
             .collect();
+        // An empty parent is finished only once its own parents are (see `parent_finished`).
+        if records.is_empty()
+            && let Some(held) = self
+                .ancestors_finished(store, parent, &info.parents)
+                .await?
+        {
+            return Ok(Some(held));
+        }
         let mut partition_keys: Vec<&str> = records.iter().map(Record::partition_key).collect();
         partition_keys.sort_unstable();
         partition_keys.dedup();
@@ -455,6 +463,23 @@ impl Gate {
         Ok(None)
     }
 
+    /// `None` when every one of `parents` (of the shard `of`) is finished; why it waits
+    /// otherwise.
+    async fn ancestors_finished(
+        &self,
+        store: &dyn LeaseStore,
+        of: &LeaseKey,
+        parents: &[String],
+    ) -> Result<Option<Held>, LeaseError> {
+        for grandparent in parents {
+            let grandparent = LeaseKey::new(of.stream(), grandparent.as_str());
+            if let Some(held) = Box::pin(self.parent_finished(store, &grandparent)).await? {
+                return Ok(Some(held));
+            }
+        }
+        Ok(None)
+    }
+
     /// `None` when the parent is finished; why the child waits otherwise.
     async fn parent_finished(
         &self,
@@ -488,6 +513,16 @@ impl Gate {
             .exhausted(parent.stream(), parent.shard(), after)
             .await?
         {
+            // A parent never processed (no checkpoint: it had nothing to deliver) is finished
+            // only once its own parents are: a merge of two empty children of a split must not
+            // let its child run before the split's parent is done.
+            if after.is_none()
+                && let Some(held) = self
+                    .ancestors_finished(store, parent, &info.parents)
+                    .await?
+            {
+                return Ok(Some(held));
+            }
             self.finish(store, parent, after).await?;
             return Ok(None);
         }

@@ -169,10 +169,22 @@ impl Function for Harness {
                 }
                 report = processor.process_batch(event, &context) => {
                     let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
+                    if std::env::var("TRACE_DELIVERIES").is_ok() {
+                        for shard in &report.shards {
+                            let d: Vec<String> = shard.records.iter().map(|r| format!("{}={:?}", &r.position.to_string()[52..], r.disposition)).collect();
+                            eprintln!("REPORT {invocation} {:?} {:?}", shard.stopped, d);
+                        }
+                    }
                     let mut journal = self.shared.journal.lock().unwrap();
                     for shard in &report.shards {
+                        // A checkpoint that did not land (refused, failed, or the lease lost on
+                        // the way) leaves every record this invocation handled to be handled
+                        // again, the reported one and dead-lettered ones included.
+                        let lost = shard.stopped.as_ref().is_some_and(|(_, reason)| {
+                            reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::StopReason::Fenced
+                        });
                         for record in &shard.records {
-                            if record.disposition == Disposition::Uncheckpointed {
+                            if lost || record.disposition == Disposition::Uncheckpointed {
                                 journal.uncheckpointed.insert((invocation.clone(), record.position.to_string()));
                             }
                         }
@@ -389,7 +401,12 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
         rng: Mutex::new(Rng::new(scenario.seed.rotate_left(17))),
     };
     let report = EventSource::new(stream.clone(), scenario.mapping.clone())
-        .run(Arc::new(harness))
+        .run_observed(Arc::new(harness), |d| {
+            if std::env::var("TRACE_DELIVERIES").is_ok() {
+                let short: Vec<&str> = d.sequences.iter().map(|s| &s[52..]).collect();
+                eprintln!("{} {} {:?} {:?}", d.request_id, d.shard, short, d.outcome);
+            }
+        })
         .await
         .map_err(|e| format!("the run stopped: {e}"))?;
     if !report.discarded.is_empty() {
@@ -444,8 +461,12 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
         let mut records = records.clone();
         records.sort();
         if let Some(pair) = records.windows(2).find(|w| w[0].1 > w[1].1) {
+            let trail: Vec<String> = records
+                .iter()
+                .map(|(p, _)| format!("{}:{:?}", &p[50..], journal.handlings[p]))
+                .collect();
             return Err(format!(
-                "key {key}: record {} was first handled after the later record {}",
+                "key {key}: record {} was first handled after the later record {}; {trail:#?}",
                 pair[0].0, pair[1].0
             ));
         }
@@ -510,6 +531,18 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 }
             }
             Err(violation) => {
+                eprintln!(
+                    "DEBUG shards {} records {} keys {} mode {:?} in_flight {} death {} chaos {:?} faults {} mapping {:?}",
+                    scenario.shards,
+                    scenario.records,
+                    scenario.keys,
+                    scenario.mode,
+                    scenario.in_flight,
+                    scenario.death_chance,
+                    scenario.chaos,
+                    scenario.fault_chance,
+                    scenario.mapping
+                );
                 eprintln!(
                     "scenario {seed} failed: {violation}\n  replay: {}",
                     scenario.replay()

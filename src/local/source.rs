@@ -376,13 +376,21 @@ impl<S: Shards> EventSource<S> {
     ) -> Vec<Batch> {
         let now = Instant::now();
         let clock = self.stream.now_millis();
-        let finished: Vec<String> = shards
-            .iter()
-            .filter(|(_, s)| s.is_finished(self.mapping.parallelization_factor))
-            .map(|(id, _)| id.clone())
-            .collect();
         // A parent the stream no longer lists has expired: nothing of it will come.
         let known: Vec<String> = shards.keys().cloned().collect();
+        // A shard is finished once read and done with, and its own parents finished: an empty
+        // child of a split is not finished before the split's parent. Parents sort before their
+        // children (shard ids grow), so one pass in id order sees them first.
+        let mut finished: Vec<String> = Vec::new();
+        for (id, shard) in shards.iter() {
+            let parents_finished = shard
+                .parents
+                .iter()
+                .all(|p| finished.contains(p) || !known.contains(p));
+            if parents_finished && shard.is_finished(self.mapping.parallelization_factor) {
+                finished.push(id.clone());
+            }
+        }
         let mut batches = Vec::new();
         for (id, shard) in shards.iter_mut() {
             let parents_done = shard
