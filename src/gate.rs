@@ -419,7 +419,7 @@ impl Gate {
         // An empty parent is finished only once its own parents are (see `parent_finished`).
         if records.is_empty()
             && let Some(held) = self
-                .ancestors_finished(store, parent, &info.parents)
+                .ancestors_finished(store, parent, &info.parents, true)
                 .await?
         {
             return Ok(Some(held));
@@ -465,15 +465,22 @@ impl Gate {
 
     /// `None` when every one of `parents` (of the shard `of`) is finished; why it waits
     /// otherwise.
+    /// `by_keys`: in the partition-key mode, where a shard has no row of its own.
     async fn ancestors_finished(
         &self,
         store: &dyn LeaseStore,
         of: &LeaseKey,
         parents: &[String],
+        by_keys: bool,
     ) -> Result<Option<Held>, LeaseError> {
         for grandparent in parents {
             let grandparent = LeaseKey::new(of.stream(), grandparent.as_str());
-            if let Some(held) = Box::pin(self.parent_finished(store, &grandparent)).await? {
+            let held = if by_keys {
+                Box::pin(self.parent_keys_finished(store, &grandparent)).await?
+            } else {
+                Box::pin(self.parent_finished(store, &grandparent)).await?
+            };
+            if let Some(held) = held {
                 return Ok(Some(held));
             }
         }
@@ -518,7 +525,7 @@ impl Gate {
             // let its child run before the split's parent is done.
             if after.is_none()
                 && let Some(held) = self
-                    .ancestors_finished(store, parent, &info.parents)
+                    .ancestors_finished(store, parent, &info.parents, false)
                     .await?
             {
                 return Ok(Some(held));

@@ -209,7 +209,14 @@ pub(crate) async fn run_shard<H: Handler>(
             let refused_key = entries[index]
                 .partition_key()
                 .is_some_and(|partition_key| refused.iter().any(|(k, _)| k == partition_key));
-            if refused_key && matches!(state, State::Done(Disposition::Processed, _)) {
+            // A dead letter whose row was not written is sent again on redelivery: it is
+            // not checkpointed either.
+            if refused_key
+                && matches!(
+                    state,
+                    State::Done(Disposition::Processed | Disposition::DeadLettered, _)
+                )
+            {
                 *state = State::Done(Disposition::Uncheckpointed, false);
             }
         }

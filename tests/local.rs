@@ -2,6 +2,12 @@
 //! redelivery from a reported record, whole-batch retries and bisection, retry and age limits
 //! with discards, `ReportBatchItemFailures`, `ParallelizationFactor`, and child shards.
 
+#![allow(
+    clippy::similar_names,
+    clippy::unnecessary_wraps,
+    reason = "answers are Results because a function's answer is"
+)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
