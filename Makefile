@@ -61,6 +61,9 @@ doctor:
 	cargo run --quiet -p kinesis-checkpoint-cli -- doctor --template template.yaml
 
 test: $(VENV)/.installed $(KINESIS_LOCAL)
+	# The cold-start benchmark's smoke run starts the bare function's binary, which `cargo test`
+	# builds only as a test harness.
+	cargo build --quiet -p bare
 	cargo test --workspace --all-targets
 	cargo test --workspace --doc
 
