@@ -692,8 +692,8 @@ fn doctor_requires_the_partition_key_mode_for_a_parallelization_factor_above_one
     let fixed = broken_template(&[
         ("ParallelizationFactor: 1", "ParallelizationFactor: 4"),
         (
-            "          RUST_LOG: info\n",
-            "          RUST_LOG: info\n          CHECKPOINT_MODE: partition-key\n",
+            "          CHECKPOINT_MODE: shard\n",
+            "          CHECKPOINT_MODE: partition-key\n",
         ),
     ]);
     let (ok, said) = doctor(&fixed);
