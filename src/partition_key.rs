@@ -211,12 +211,7 @@ pub(crate) async fn run_shard<H: Handler>(
                 .is_some_and(|partition_key| refused.iter().any(|(k, _)| k == partition_key));
             // A dead letter whose row was not written is sent again on redelivery: it is
             // not checkpointed either.
-            if refused_key
-                && matches!(
-                    state,
-                    State::Done(Disposition::Processed | Disposition::DeadLettered, _)
-                )
-            {
+            if refused_key && matches!(state, State::Done(d, _) if d.runs_again_unrecorded()) {
                 *state = State::Done(Disposition::Uncheckpointed, false);
             }
         }

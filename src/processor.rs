@@ -164,12 +164,21 @@ pub enum Disposition {
     NotAttempted,
     /// The record can never succeed and is in the dead-letter sink: done.
     DeadLettered,
-    /// The handler ran, but the checkpoint could not be written (the lease was lost or the
-    /// store failed): Lambda delivers it again and it runs again.
+    /// The handler ran (or the record was dead-lettered), but the checkpoint could not be
+    /// written (the lease was lost or the store failed): Lambda delivers it again and it runs
+    /// (or is dead-lettered) again.
     Uncheckpointed,
     /// The handler failed on it, but a lower record of another partition key is the one
     /// reported (per-key concurrency): delivered again with it.
     Failed,
+}
+
+impl Disposition {
+    /// Whether the record's effect happened in this invocation (processed, or sent to the
+    /// dead-letter sink): if the checkpoint does not land, it happens again.
+    pub(crate) const fn runs_again_unrecorded(self) -> bool {
+        matches!(self, Self::Processed | Self::DeadLettered)
+    }
 }
 
 impl fmt::Display for Disposition {
@@ -898,7 +907,12 @@ impl<H: Handler> Processor<H> {
             Ok(false) => StopReason::CheckpointFenced,
             Err(error) => StopReason::CheckpointFailed(error.to_string()),
         };
-        if progress.is_none() && !dispositions.contains(&Disposition::Processed) {
+        if progress.is_none()
+            && !dispositions
+                .iter()
+                .copied()
+                .any(Disposition::runs_again_unrecorded)
+        {
             tracing::warn!(%reason, "could not release the lease; it lapses by itself");
             return (dispositions, stopped);
         }
@@ -909,9 +923,13 @@ impl<H: Handler> Processor<H> {
             %reason,
             "could not checkpoint; reporting from the first record processed in this invocation"
         );
+        // A record dead-lettered here is in the sink, but with the checkpoint behind it Lambda
+        // would move past it while the row never does: a closed shard would never be found
+        // exhausted and its children would wait forever. It is reported like a processed one,
+        // and dead-lettered again on redelivery.
         let mut first = None;
         for (index, disposition) in dispositions.iter_mut().enumerate() {
-            if *disposition == Disposition::Processed {
+            if disposition.runs_again_unrecorded() {
                 *disposition = Disposition::Uncheckpointed;
                 first.get_or_insert(index);
             }

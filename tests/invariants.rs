@@ -6,14 +6,17 @@
 //!
 //! 1. every record is processed or dead-lettered, none discarded;
 //! 2. a record is handled twice only when an earlier handling was in an invocation that died
-//!    before its checkpoint, or whose checkpoint did not land (the report says so): those are
-//!    counted, by cause;
+//!    before its checkpoint (an injected death, or a time-out: Lambda stops a function at its
+//!    timeout, and a starved machine makes that happen in any scenario), or whose checkpoint did
+//!    not land (the report says so): those are counted, by cause;
 //! 3. per partition key, records are first handled in sequence order;
 //! 4. no record of a child shard is handled before every record of its parents.
 //!
 //! `INVARIANT_SCENARIOS` (default 1,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
 //! a failing one prints its settings and the command that replays it (timing varies, so a replay
-//! may pass). `TRACE_DELIVERIES=1` prints every delivery and report. `make soak` runs 20,000.
+//! may pass, so a failing one also leaves its trace, every delivery, handling, report and store
+//! write in order, in `target/invariant-traces/`; `INVARIANT_TRACE=1` leaves every scenario's).
+//! `make soak` runs 20,000.
 //!
 //! `INVARIANT_STEAL=1` adds leases stolen in the middle of an invocation (a stall longer than
 //! the lease). It is off by default because it still finds violations not yet fixed: about 3 in
@@ -90,15 +93,27 @@ struct Journal {
     attempts: HashMap<String, u32>,
 }
 
-/// The handler and the invocation wrapper share one journal and one clock.
+/// The handler and the invocation wrapper share one journal, one clock and one trace.
 struct Shared {
     journal: Mutex<Journal>,
     tick: AtomicU64,
+    /// What happened, in order: written out when the scenario fails.
+    trace: Arc<Mutex<Vec<String>>>,
 }
 
 impl Shared {
+    fn note(&self, line: String) {
+        self.trace.lock().unwrap().push(line);
+    }
+
     fn handled(&self, position: &str, invocation: &str, dead_lettered: bool) {
         let tick = self.tick.fetch_add(1, Ordering::SeqCst);
+        let how = if dead_lettered {
+            "dead-letters"
+        } else {
+            "handles"
+        };
+        self.note(format!("{invocation} {how} {position} (tick {tick})"));
         self.journal
             .lock()
             .unwrap()
@@ -177,16 +192,22 @@ impl Function for Harness {
             tokio::select! {
                 biased;
                 () = death.notified() => {
+                    self.shared.note(format!("{invocation} dies"));
                     self.shared.journal.lock().unwrap().died.insert(invocation.clone());
                     Err(InvocationError::Function(format!("{invocation} died (injected)")))
                 }
                 report = processor.process_batch(event, &context) => {
                     let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
-                    if std::env::var("TRACE_DELIVERIES").is_ok() {
-                        for shard in &report.shards {
-                            let d: Vec<String> = shard.records.iter().map(|r| format!("{}={:?}", &r.position.to_string()[52..], r.disposition)).collect();
-                            eprintln!("REPORT {invocation} {:?} {:?}", shard.stopped, d);
-                        }
+                    for shard in &report.shards {
+                        let records: Vec<String> = shard
+                            .records
+                            .iter()
+                            .map(|r| format!("{}={:?}", &r.position.to_string()[52..], r.disposition))
+                            .collect();
+                        self.shared.note(format!(
+                            "{invocation} reports {}: stopped {:?}, {records:?}",
+                            shard.key, shard.stopped
+                        ));
                     }
                     let mut journal = self.shared.journal.lock().unwrap();
                     for shard in &report.shards {
@@ -268,6 +289,7 @@ async fn handle(
 }
 
 /// One scenario's settings, all drawn from its seed.
+#[derive(Debug)]
 struct Scenario {
     seed: u64,
     shards: usize,
@@ -393,20 +415,38 @@ struct Counts {
     records: u64,
     deliveries: u64,
     deaths: u64,
+    timeouts: u64,
     duplicates_after_death: u64,
     duplicates_after_failed_checkpoint: u64,
     dead_lettered: u64,
     faults: [u64; 4],
 }
 
-async fn run(scenario: &Scenario) -> Result<Counts, String> {
+/// Runs one scenario, noting what happens in `trace`; a violation is an error.
+async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Counts, String> {
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
     let stream = scenario.stream(&mut rng);
+    {
+        let mut trace = trace.lock().unwrap();
+        trace.push(format!("{scenario:?}"));
+        for shard in stream.shard_ids() {
+            for record in stream.records(&shard) {
+                let fault = serde_json::from_slice::<Payload>(&record.data)
+                    .map_or_else(|_| "unreadable".to_owned(), |p| format!("{:?}", p.fault));
+                trace.push(format!(
+                    "stream: {shard} {} key {} {fault}",
+                    &record.sequence[52..],
+                    record.partition_key
+                ));
+            }
+        }
+    }
     let memory = Arc::new(MemoryLeaseStore::new());
-    let chaos = Arc::new(Chaos::new(memory, scenario.chaos, scenario.seed));
+    let chaos = Arc::new(Chaos::new(memory, scenario.chaos, scenario.seed).traced(trace.clone()));
     let shared = Arc::new(Shared {
         journal: Mutex::default(),
         tick: AtomicU64::new(0),
+        trace,
     });
     let dead_letters = Arc::new(MemoryDeadLetters::new());
     let harness = Harness {
@@ -422,10 +462,11 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
     };
     let report = EventSource::new(stream.clone(), scenario.mapping.clone())
         .run_observed(Arc::new(harness), |d| {
-            if std::env::var("TRACE_DELIVERIES").is_ok() {
-                let short: Vec<&str> = d.sequences.iter().map(|s| &s[52..]).collect();
-                eprintln!("{} {} {:?} {:?}", d.request_id, d.shard, short, d.outcome);
-            }
+            let short: Vec<&str> = d.sequences.iter().map(|s| &s[52..]).collect();
+            shared.note(format!(
+                "source: {} delivered {} lane {} {short:?}: {:?}",
+                d.request_id, d.shard, d.lane, d.outcome
+            ));
         })
         .await
         .map_err(|e| format!("the run stopped: {e}"))?;
@@ -437,6 +478,7 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
     let mut counts = Counts {
         deliveries: report.deliveries,
         deaths: journal.died.len() as u64,
+        timeouts: report.timed_out.len() as u64,
         faults: *chaos.injected.lock().unwrap(),
         ..Counts::default()
     };
@@ -456,7 +498,11 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
             sorted.sort_by_key(|h| h.tick);
             counts.dead_lettered += u64::from(sorted.iter().any(|h| h.dead_lettered));
             for earlier in &sorted[..sorted.len() - 1] {
-                if journal.died.contains(&earlier.invocation) {
+                // Lambda stops a function at its timeout wherever it is: like a death, but
+                // one the handler never saw coming, so the journal learns it from the source.
+                if journal.died.contains(&earlier.invocation)
+                    || report.timed_out.contains(&earlier.invocation)
+                {
                     counts.duplicates_after_death += 1;
                 } else if journal
                     .uncheckpointed
@@ -514,6 +560,17 @@ async fn run(scenario: &Scenario) -> Result<Counts, String> {
     Ok(counts)
 }
 
+/// Writes a scenario's trace to `target/invariant-traces/seed-N.log`.
+fn write_trace(seed: u64, trace: &[String]) {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/invariant-traces");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join(format!("seed-{seed}.log")),
+        trace.join("\n") + "\n",
+    )
+    .unwrap();
+}
+
 /// How many scenarios run at once.
 const CONCURRENT_SCENARIOS: usize = 25;
 
@@ -548,10 +605,23 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
             for &seed in chunk {
                 running.spawn(async move {
                     let scenario = Scenario::new(seed);
+                    let trace = Arc::new(Mutex::new(Vec::new()));
                     // A scenario that never ends is a violation too (a shard stuck for good).
-                    let outcome = tokio::time::timeout(Duration::from_mins(2), run(&scenario))
-                        .await
-                        .unwrap_or_else(|_| Err("the run did not end within two minutes".into()));
+                    let outcome =
+                        tokio::time::timeout(Duration::from_mins(2), run(&scenario, trace.clone()))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err("the run did not end within two minutes".into())
+                            });
+                    let trace = trace.lock().unwrap();
+                    if outcome.is_err() || std::env::var_os("INVARIANT_TRACE").is_some() {
+                        write_trace(seed, &trace);
+                    }
+                    if outcome.is_err() {
+                        // CI keeps the output, not the files: the end of the story goes there.
+                        let tail = &trace[trace.len().saturating_sub(60)..];
+                        eprintln!("seed {seed}, the trace's last lines:\n{}", tail.join("\n"));
+                    }
                     (scenario, outcome)
                 });
             }
@@ -567,6 +637,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.records += counts.records;
                 totals.deliveries += counts.deliveries;
                 totals.deaths += counts.deaths;
+                totals.timeouts += counts.timeouts;
                 totals.duplicates_after_death += counts.duplicates_after_death;
                 totals.duplicates_after_failed_checkpoint +=
                     counts.duplicates_after_failed_checkpoint;
@@ -577,19 +648,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
             }
             Err(violation) => {
                 eprintln!(
-                    "DEBUG shards {} records {} keys {} mode {:?} in_flight {} death {} chaos {:?} faults {} mapping {:?}",
-                    scenario.shards,
-                    scenario.records,
-                    scenario.keys,
-                    scenario.mode,
-                    scenario.in_flight,
-                    scenario.death_chance,
-                    scenario.chaos,
-                    scenario.fault_chance,
-                    scenario.mapping
-                );
-                eprintln!(
-                    "scenario {seed} failed: {violation}\n  replay: {}",
+                    "scenario {seed} failed: {violation}\n  {scenario:?}\n  trace: target/invariant-traces/seed-{seed}.log\n  replay: {}",
                     scenario.replay()
                 );
                 failures.push(seed);
@@ -597,11 +656,12 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         }
     }
     eprintln!(
-        "{count} scenarios: {} records, {} deliveries, {} dead-lettered; {} invocations died, {} records handled again after a death, {} after a checkpoint that did not land; store faults injected: {} throttled, {} lost answers, {} slow calls, {} stolen leases",
+        "{count} scenarios: {} records, {} deliveries, {} dead-lettered; {} invocations died and {} timed out, {} records handled again after either, {} after a checkpoint that did not land; store faults injected: {} throttled, {} lost answers, {} slow calls, {} stolen leases",
         totals.records,
         totals.deliveries,
         totals.dead_lettered,
         totals.deaths,
+        totals.timeouts,
         totals.duplicates_after_death,
         totals.duplicates_after_failed_checkpoint,
         totals.faults[0],

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::faults::Faulty;
 use common::{batch, context, event, lambda_record, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::{
-    Disposition, LeaseKey, LeaseStore, MemoryLeaseStore, Outcome, ProcessError, Processor, Record,
-    StopReason,
+    Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome, ProcessError,
+    Processor, Record, StopReason,
 };
 use serde_json::json;
 
@@ -281,6 +281,50 @@ async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
     assert_eq!(
         memory.read(&key()).await.unwrap().lease_owner.as_deref(),
         Some("thief")
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_whose_checkpoint_is_fenced_is_reported_so_the_shard_never_stays_behind() {
+    // Were the batch answered as a success, Lambda would move on while the row stays below the
+    // dead-lettered record: a closed shard would never be found exhausted, and its children
+    // would be held forever.
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(Faulty::new(memory.clone()));
+    let letters = Arc::new(MemoryDeadLetters::new());
+    let seen = Seen::default();
+    let processor = Processor::new(
+        store.clone(),
+        seen.handler(|n| (n == 2).then(|| Outcome::reject("not an order"))),
+    )
+    .dead_letters(letters.clone());
+    processor
+        .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
+        .await
+        .unwrap();
+
+    store.steal_before_checkpoint.store(true, Ordering::SeqCst);
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 2..3), &context("r1", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert_eq!(shard.count(Disposition::Uncheckpointed), 1);
+    assert_eq!(reported(&report.response()), vec![sequence(2)]);
+    assert_eq!(checkpoint_of(&memory).await, Some(sequence(1)));
+
+    // The thief lets go; the redelivery dead-letters the record again and checkpoints it.
+    memory.release(&key(), "thief").await.unwrap();
+    let response = processor
+        .process(batch(STREAM, SHARD, 2..3), &context("r2", 60_000))
+        .await
+        .unwrap();
+    assert!(reported(&response).is_empty());
+    assert_eq!(checkpoint_of(&memory).await, Some(sequence(2)));
+    assert_eq!(
+        letters.letters().len(),
+        2,
+        "sent twice: at least once, never lost"
     );
 }
 

@@ -144,6 +144,8 @@ pub struct Chaos<S> {
     rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
     /// Faults injected so far: throttled, lost answers, slow calls, steals.
     pub injected: std::sync::Mutex<[u64; 4]>,
+    /// Where every claim and write is noted, with its answer, when set.
+    trace: Option<Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl<S: LeaseStore> Chaos<S> {
@@ -153,6 +155,20 @@ impl<S: LeaseStore> Chaos<S> {
             levels,
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
             injected: std::sync::Mutex::new([0; 4]),
+            trace: None,
+        }
+    }
+
+    /// Notes every claim and write, with its answer, in `trace`.
+    #[allow(dead_code, reason = "not every test binary traces")]
+    pub fn traced(mut self, trace: Arc<std::sync::Mutex<Vec<String>>>) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &self.trace {
+            trace.lock().unwrap().push(line());
         }
     }
 
@@ -175,6 +191,7 @@ impl<S: LeaseStore> Chaos<S> {
             tokio::time::sleep(Duration::from_micros(micros)).await;
         }
         if self.roll(self.levels.throttle, 0) {
+            self.note(|| "store: a call throttled (injected)".to_owned());
             return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected)".into());
         }
         Ok(())
@@ -183,6 +200,7 @@ impl<S: LeaseStore> Chaos<S> {
     /// A write's answer lost on its way back.
     fn after<T>(&self, result: Result<T, LeaseError>) -> Result<T, LeaseError> {
         if result.is_ok() && self.roll(self.levels.lost_answer, 1) {
+            self.note(|| "store: the answer below is lost (injected)".to_owned());
             return Err("the connection was reset after the request was sent (injected)".into());
         }
         result
@@ -190,6 +208,7 @@ impl<S: LeaseStore> Chaos<S> {
 
     async fn maybe_steal(&self, key: &LeaseKey, owner: &str) {
         if self.roll(self.levels.steal, 3) {
+            self.note(|| format!("store: the lease of {key} is stolen from {owner} (injected)"));
             // The owner's lease lapses and another owner takes it for a while.
             let _ = self.inner.release(key, owner).await;
             let _ = self
@@ -265,7 +284,9 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             self.before().await?;
-            self.inner.acquire_and_read(key, owner, ttl).await
+            let claim = self.inner.acquire_and_read(key, owner, ttl).await;
+            self.note(|| format!("store: {owner} claims {key}: {claim:?}"));
+            claim
         })
     }
 
@@ -279,7 +300,9 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
             self.before().await?;
             self.maybe_steal(key, owner).await;
             let written = self.inner.commit(key, owner, commit).await;
-            self.after(written)
+            let written = self.after(written);
+            self.note(|| format!("store: {owner} commits {key} {commit:?}: {written:?}"));
+            written
         })
     }
 
@@ -292,7 +315,9 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
         Box::pin(async move {
             self.before().await?;
             let written = self.inner.finish(key, expected, expires_at).await;
-            self.after(written)
+            let written = self.after(written);
+            self.note(|| format!("store: finish {key} expecting {expected:?}: {written:?}"));
+            written
         })
     }
 
@@ -302,7 +327,9 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
     ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
         Box::pin(async move {
             self.before().await?;
-            self.inner.read_rows(keys).await
+            let rows = self.inner.read_rows(keys).await;
+            self.note(|| format!("store: read rows {keys:?}: {rows:?}"));
+            rows
         })
     }
 
@@ -313,7 +340,9 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
         Box::pin(async move {
             self.before().await?;
             let written = self.inner.commit_rows(commits).await;
-            self.after(written)
+            let written = self.after(written);
+            self.note(|| format!("store: commit rows {commits:?}: {written:?}"));
+            written
         })
     }
 }
