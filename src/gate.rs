@@ -387,23 +387,10 @@ impl Gate {
         store: &dyn LeaseStore,
         parent: &LeaseKey,
     ) -> Result<Option<Held>, LeaseError> {
-        if self.is_finished(parent) {
-            return Ok(None);
-        }
-        let row = store.read(parent).await?;
-        if row.checkpoint.as_deref() == Some(SHARD_END) {
-            self.remember_finished(parent);
-            return Ok(None);
-        }
-        let Some(info) = self.shard(parent.stream(), parent.shard(), true).await? else {
-            self.remember_finished(parent);
-            return Ok(None);
+        let (row, info) = match self.closed_parent(store, parent).await? {
+            Ok(open) => open,
+            Err(settled) => return Ok(settled),
         };
-        if !info.closed {
-            return Ok(Some(Held::ParentOpen {
-                parent: parent.shard().to_owned(),
-            }));
-        }
         let records = self
             .topology
             .records(parent.stream(), parent.shard())
@@ -487,19 +474,22 @@ impl Gate {
         Ok(None)
     }
 
-    /// `None` when the parent is finished; why the child waits otherwise.
-    async fn parent_finished(
+    /// What both modes settle before looking at a parent's records: `Err(None)` when it is
+    /// known finished (remembered, marked `SHARD_END`, or expired from the stream),
+    /// `Err(Some(..))` while it is still open; otherwise its row and its view in the topology,
+    /// for the mode's own check.
+    async fn closed_parent(
         &self,
         store: &dyn LeaseStore,
         parent: &LeaseKey,
-    ) -> Result<Option<Held>, LeaseError> {
+    ) -> Result<Result<(LeaseState, ShardInfo), Option<Held>>, LeaseError> {
         if self.is_finished(parent) {
-            return Ok(None);
+            return Ok(Err(None));
         }
         let row = store.read(parent).await?;
         if row.checkpoint.as_deref() == Some(SHARD_END) {
             self.remember_finished(parent);
-            return Ok(None);
+            return Ok(Err(None));
         }
         let Some(info) = self.shard(parent.stream(), parent.shard(), true).await? else {
             tracing::info!(
@@ -507,13 +497,26 @@ impl Gate {
                 "the parent has expired from the stream: finished"
             );
             self.remember_finished(parent);
-            return Ok(None);
+            return Ok(Err(None));
         };
         if !info.closed {
-            return Ok(Some(Held::ParentOpen {
+            return Ok(Err(Some(Held::ParentOpen {
                 parent: parent.shard().to_owned(),
-            }));
+            })));
         }
+        Ok(Ok((row, info)))
+    }
+
+    /// `None` when the parent is finished; why the child waits otherwise.
+    async fn parent_finished(
+        &self,
+        store: &dyn LeaseStore,
+        parent: &LeaseKey,
+    ) -> Result<Option<Held>, LeaseError> {
+        let (row, info) = match self.closed_parent(store, parent).await? {
+            Ok(open) => open,
+            Err(settled) => return Ok(settled),
+        };
         let after = row.checkpoint.as_deref();
         if self
             .topology

@@ -133,8 +133,6 @@ impl Run {
             .iter()
             .enumerate()
             .map(|(index, state)| match state {
-                // Reported because its checkpoint did not land: it ran, and runs again.
-                State::Done(Disposition::Uncheckpointed, _) => Disposition::Uncheckpointed,
                 _ if index == reported => Disposition::Reported,
                 State::Done(disposition, _) => *disposition,
                 State::Failed { ran: true, .. } => Disposition::Failed,

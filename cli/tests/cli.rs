@@ -63,6 +63,18 @@ async fn fresh_table(moto: &Moto) -> (aws_config::SdkConfig, String, DynamoLease
     (config, table, store)
 }
 
+/// Takes `key`'s lease for a minute as `owner` and checkpoints `sequence` under it, as an
+/// invocation would; the lease stays held.
+async fn hold_at(store: &DynamoLeaseStore, key: &LeaseKey, owner: &str, sequence: &str) {
+    assert!(
+        store
+            .acquire(key, owner, Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    assert!(store.checkpoint(key, owner, sequence).await.unwrap());
+}
+
 fn position(n: u64) -> Position {
     Position::record(common::sequence(n).parse().unwrap())
 }
@@ -92,18 +104,7 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
     let moto = Moto::shared();
     let (config, table, store) = fresh_table(moto).await;
     let leased = LeaseKey::new("orders", SHARD);
-    assert!(
-        store
-            .acquire(&leased, "ledger:req-1", Duration::from_mins(1))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint(&leased, "ledger:req-1", &common::sequence(5))
-            .await
-            .unwrap()
-    );
+    hold_at(&store, &leased, "ledger:req-1", &common::sequence(5)).await;
     let failing = LeaseKey::new("orders", "shardId-000000000002");
     assert!(
         store
@@ -214,14 +215,8 @@ async fn status_reads_the_stream_to_say_how_far_behind_each_checkpoint_is() {
         "one partition key lands in one shard"
     );
     let key = LeaseKey::new(name.as_str(), busy);
-    assert!(
-        store
-            .acquire(&key, "me", Duration::from_mins(1))
-            .await
-            .unwrap()
-    );
     let third = &event.records[2].kinesis.sequence_number;
-    assert!(store.checkpoint(&key, "me", third).await.unwrap());
+    hold_at(&store, &key, "me", third).await;
     store.release(&key, "me").await.unwrap();
 
     let endpoints = [
@@ -260,18 +255,7 @@ async fn set_checkpoint_refuses_a_live_lease_and_takes_it_only_when_forced() {
     let moto = Moto::shared();
     let (_, table, store) = fresh_table(moto).await;
     let key = LeaseKey::new("orders", SHARD);
-    assert!(
-        store
-            .acquire(&key, "ledger:busy", Duration::from_mins(1))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint(&key, "ledger:busy", &common::sequence(1))
-            .await
-            .unwrap()
-    );
+    hold_at(&store, &key, "ledger:busy", &common::sequence(1)).await;
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
     let to = common::sequence(4);
     let args = [
@@ -398,18 +382,7 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
     )
     .await;
     let newer = LeaseKey::new("orders", "shardId-000000000001");
-    assert!(
-        store
-            .acquire(&newer, "me", Duration::from_mins(1))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint(&newer, "me", &common::sequence(25))
-            .await
-            .unwrap()
-    );
+    hold_at(&store, &newer, "me", &common::sequence(25)).await;
     store.release(&newer, "me").await.unwrap();
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
 

@@ -299,9 +299,13 @@ impl<S: Shards> EventSource<S> {
         loop {
             self.discover(&mut shards, &mut rng, first_listing).await?;
             first_listing = false;
-            let batches = self.next_batches(&mut shards, &mut rng, &mut report);
+            // One reading of the clock for both: a lane skipped as not yet due must be found
+            // waiting, however long the machine took in between, or the run would end with
+            // records undelivered.
+            let now = Instant::now();
+            let batches = self.next_batches(&mut shards, &mut rng, &mut report, now);
             if batches.is_empty() {
-                match earliest_retry(&shards) {
+                match earliest_retry(&shards, now) {
                     Some(when) => {
                         tokio::time::sleep_until(when).await;
                         continue;
@@ -367,14 +371,14 @@ impl<S: Shards> EventSource<S> {
         Ok(())
     }
 
-    /// One batch per lane that has records due, and a stray copy of some.
+    /// One batch per lane that has records due at `now`, and a stray copy of some.
     fn next_batches(
         &self,
         shards: &mut BTreeMap<String, ShardProgress>,
         rng: &mut Rng,
         report: &mut RunReport,
+        now: Instant,
     ) -> Vec<Batch> {
-        let now = Instant::now();
         let clock = self.stream.now_millis();
         // A parent the stream no longer lists has expired: nothing of it will come.
         let known: Vec<String> = shards.keys().cloned().collect();
@@ -760,11 +764,10 @@ impl Lane {
     }
 }
 
-/// The earliest moment a lane waiting after a failure may be retried. A wait already over
-/// belongs to a lane with nothing left to deliver (it would have had a batch): not a reason to
-/// go on.
-fn earliest_retry(shards: &BTreeMap<String, ShardProgress>) -> Option<Instant> {
-    let now = Instant::now();
+/// The earliest moment a lane waiting after a failure may be retried, `now` being the moment the
+/// batches were chosen. A wait over by then belongs to a lane with nothing left to deliver (it
+/// would have had a batch): not a reason to go on.
+fn earliest_retry(shards: &BTreeMap<String, ShardProgress>, now: Instant) -> Option<Instant> {
     shards
         .values()
         .flat_map(|s| s.lanes.iter())

@@ -119,6 +119,19 @@ struct Tables {
 }
 
 impl Tables {
+    /// Creates a lease table, a ledger table and a dead-letter queue, named afresh, in moto.
+    async fn create(config: &aws_config::SdkConfig) -> Self {
+        let (leases, ledger) = (unique("leases"), unique("ledger"));
+        create_lease_table(config, &leases).await;
+        create_table(config, &ledger, "order_id").await;
+        let queue = common::moto::create_queue(config).await;
+        Self {
+            leases,
+            ledger,
+            queue,
+        }
+    }
+
     /// Starts the function on them, against moto at `moto` and kinesis-local at `kinesis`.
     async fn start(&self, log: &str, moto: &str, kinesis: &str, extra: &[(&str, &str)]) -> Local {
         let env: Vec<(String, String)> = [
@@ -270,20 +283,13 @@ async fn dead_letters(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<Value> {
 async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     let moto = Moto::shared();
     let config = moto.sdk_config(3).await;
-    let (leases, ledger) = (unique("leases"), unique("ledger"));
-    create_lease_table(&config, &leases).await;
-    create_table(&config, &ledger, "order_id").await;
+    let tables = Tables::create(&config).await;
+    let (leases, ledger, queue) = (&tables.leases, &tables.ledger, &tables.queue);
     // The parent gate reads the topology of the stream `orders` from Kinesis: kinesis-local.
     let kinesis = common::kinesis::KinesisLocal::start();
     let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
     common::kinesis::Stream::with_shards(&kinesis_config, "orders", 2).await;
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let queue = common::moto::create_queue(&config).await;
-    let tables = Tables {
-        leases: leases.clone(),
-        ledger: ledger.clone(),
-        queue: queue.clone(),
-    };
     let local = tables
         .start(
             "e2e-ledger.log",
@@ -321,7 +327,7 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     // A poison record goes to the dead-letter queue with its payload; the batch goes on.
     let poison = sample("poison.json");
     assert_eq!(failures(&invoke(poison.clone())), Vec::<String>::new());
-    let dead = dead_letters(&sqs, &queue).await;
+    let dead = dead_letters(&sqs, queue).await;
     assert_eq!(dead.len(), 1);
     let letter = &dead[0];
     assert_eq!(
@@ -335,14 +341,14 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
     assert_eq!(failures(&invoke(child.clone())), Vec::<String>::new());
 
     let client = aws_sdk_dynamodb::Client::new(&config);
-    let orders = ledger_totals(&client, &ledger).await;
+    let orders = ledger_totals(&client, ledger).await;
     let want = expected(&[batch, transient, poison.clone(), child.clone()]);
     assert_eq!(
         orders, want,
         "every order applied exactly once, the poison one never"
     );
 
-    let rows = lease_rows(&client, &leases).await;
+    let rows = lease_rows(&client, leases).await;
     let shard0 = &rows["orders:shardId-000000000000"];
     assert_eq!(
         s(shard0, "checkpoint"),
@@ -374,9 +380,8 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
 
     let moto = Moto::shared();
     let config = moto.sdk_config(3).await;
-    let (leases, ledger) = (unique("leases"), unique("ledger"));
-    create_lease_table(&config, &leases).await;
-    create_table(&config, &ledger, "order_id").await;
+    let tables = Tables::create(&config).await;
+    let (leases, ledger) = (&tables.leases, &tables.ledger);
     let kinesis = common::kinesis::KinesisLocal::start();
     let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
     let stream = common::kinesis::Stream::create(&kinesis_config, "orders").await;
@@ -403,12 +408,6 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
             .await
             .unwrap();
     }
-    let queue = common::moto::create_queue(&config).await;
-    let tables = Tables {
-        leases: leases.clone(),
-        ledger: ledger.clone(),
-        queue,
-    };
     let local = tables
         .start(
             "e2e-ledger-local-source.log",
@@ -441,11 +440,11 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
     assert!(run.redeliveries > 0 && run.early_children > 0, "{run:?}");
     let client = aws_sdk_dynamodb::Client::new(&config);
     assert_eq!(
-        ledger_totals(&client, &ledger).await,
+        ledger_totals(&client, ledger).await,
         want,
         "every order applied exactly once"
     );
-    let rows = lease_rows(&client, &leases).await;
+    let rows = lease_rows(&client, leases).await;
     assert_eq!(
         s(&rows["orders:shardId-000000000000"], "checkpoint"),
         "SHARD_END",
