@@ -9,7 +9,9 @@
 //! of what any Rust function pays. Each process also gets a second invocation, timed on its
 //! own, so that the cold start can be split into start-up and the invocation's own work. A third
 //! series starts the ledger with an empty event (`{"Records": []}`), which it answers without
-//! any request: its start-up alone, beside the bare function's.
+//! any request: its start-up alone, beside the bare function's; a fourth does the same with
+//! `SSL_CERT_DIR` pointing at an empty directory, to show what scanning this machine's
+//! certificate directory costs.
 //!
 //! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
 //! (`cargo build --release -p ledger -p bare`). `COLDSTART_RUNS` (default 20) cold starts of
@@ -248,6 +250,13 @@ fn main() {
         cold: Vec::new(),
         warm: Vec::new(),
     };
+    // The SDK's HTTPS client loads the system's root certificates at start-up: the bundle, then
+    // every file of the certificate directory (292 here; Amazon Linux 2023, Lambda's image, keeps
+    // little beside the bundle there). An empty directory shows what that scan costs.
+    let no_cert_dir = root().join("target/coldstart-empty-cert-dir");
+    std::fs::create_dir_all(&no_cert_dir).unwrap();
+    let mut bundle_only_env = ledger_env.clone();
+    bundle_only_env.push(("SSL_CERT_DIR".into(), no_cert_dir.display().to_string()));
     let ledger_empty = Function {
         name: "ledger, empty event",
         records: false,
@@ -256,10 +265,18 @@ fn main() {
         cold: Vec::new(),
         warm: Vec::new(),
     };
+    let ledger_bundle_only = Function {
+        name: "ledger, empty event, bundle only",
+        records: false,
+        binary: binary(profile, "ledger"),
+        env: bundle_only_env,
+        cold: Vec::new(),
+        warm: Vec::new(),
+    };
 
     let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
     let mut n = 0;
-    let mut functions = [bare, ledger_fn, ledger_empty];
+    let mut functions = [bare, ledger_fn, ledger_empty, ledger_bundle_only];
     // One of each first, not counted: the page cache then holds both binaries.
     for function in &mut functions {
         function.run(&api, &mut n);
@@ -283,7 +300,7 @@ fn main() {
 fn report(functions: &[Function], profile: &str, runs: usize) {
     println!("cold start of the {profile} builds over {runs} runs of each, alternated (ms)");
     println!(
-        "{:<20} {:>12} {:>10} {:>12} {:>19}",
+        "{:<33} {:>12} {:>10} {:>12} {:>19}",
         "function", "cold median", "cold p90", "warm median", "cold - warm median"
     );
     for function in functions {
@@ -294,7 +311,7 @@ fn report(functions: &[Function], profile: &str, runs: usize) {
             .map(|(cold, warm)| cold.saturating_sub(*warm))
             .collect();
         println!(
-            "{:<20} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
+            "{:<33} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
             function.name,
             ms(percentile(&function.cold, 50)),
             ms(percentile(&function.cold, 90)),

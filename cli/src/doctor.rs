@@ -6,7 +6,8 @@
 //! records; retry and age limits make Lambda discard records (payload and all) that the toolkit
 //! still holds back or retries; a `ParallelizationFactor` above 1 breaks a per-shard checkpoint;
 //! and a missing permission shows only when the first batch fails. The doctor reads them from
-//! the SAM or `CloudFormation` template offline.
+//! the SAM or `CloudFormation` template offline, or, through [`deployed`](crate::deployed), from
+//! the Lambda and IAM APIs as the template a deployed function would come from.
 //!
 //! The template is parsed with `yaml-rust2`, which drops `CloudFormation`'s short-form tags
 //! (`!Ref X` reads as `X`, `!GetAtt X.Arn` as `X.Arn`); references are then recognised by the
@@ -431,7 +432,7 @@ impl Template {
             find(
                 Severity::Warning,
                 format!(
-                    "{function}'s role is not defined in the template: its permissions cannot be checked offline"
+                    "{function}'s role is not in the template (or could not be read): its permissions cannot be checked"
                 ),
                 "check the role by hand for the permissions listed in the README".to_owned(),
             );
@@ -475,9 +476,10 @@ impl Template {
                     .actions
                     .iter()
                     .any(|pattern| matches(pattern, action))
-                    && statement.resources.iter().any(|r| {
-                        r == "*" || tokens(r).contains(&resource.as_str()) || r.contains(&resource)
-                    })
+                    && statement
+                        .resources
+                        .iter()
+                        .any(|granted| covers(granted, &resource))
             });
             if !granted {
                 find(
@@ -533,13 +535,55 @@ impl Template {
 }
 
 /// What a value refers to: the logical id of a resource of the template when it names one,
-/// else its text (a literal name or ARN).
+/// else its text (a literal name or ARN; of a queue URL, the queue's name, which its ARN ends
+/// with).
 fn target(template: &Template, value: &Yaml) -> String {
     template
         .referenced_ids(value)
         .into_iter()
         .next()
-        .unwrap_or_else(|| flatten(&template.value(value)))
+        .unwrap_or_else(|| {
+            let text = flatten(&template.value(value));
+            match text
+                .strip_prefix("https://")
+                .or(text.strip_prefix("http://"))
+            {
+                Some(url) => url.rsplit('/').next().unwrap_or(url).to_owned(),
+                None => text,
+            }
+        })
+}
+
+/// Whether a statement's resource (`*`, an ARN, an ARN with wildcards, or a reference) covers
+/// `target` (a logical id, a name or an ARN).
+fn covers(granted: &str, target: &str) -> bool {
+    // The resource's own name: `arn:aws:dynamodb:*:*:table/leases*` names `leases*`.
+    let name = granted.rsplit(['/', ':']).next().unwrap_or(granted);
+    granted == "*"
+        || tokens(granted).contains(&target)
+        || granted.contains(target)
+        || wildcard(granted, target)
+        || wildcard(name, target)
+}
+
+/// IAM's wildcards: `*` any run of characters, `?` any one.
+fn wildcard(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => {
+            pattern.len() == text.len()
+                && pattern
+                    .chars()
+                    .zip(text.chars())
+                    .all(|(p, t)| p == '?' || p == t)
+        }
+        Some((head, rest)) => {
+            text.is_char_boundary(head.len())
+                && wildcard(head, &text[..head.len()])
+                && (head.len()..=text.len())
+                    .filter(|&at| text.is_char_boundary(at))
+                    .any(|at| wildcard(rest, &text[at..]))
+        }
+    }
 }
 
 /// The Allow statements of a policy document.
@@ -682,4 +726,29 @@ pub fn report(findings: &[Finding]) -> String {
         let _ = writeln!(out, "{errors} errors, {warnings} warnings");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_resource_covers_the_names_and_arns_it_matches_and_no_other() {
+        assert!(covers("*", "leases"));
+        assert!(covers("arn:aws:dynamodb:*:*:table/lease*", "leases"));
+        assert!(covers(
+            "arn:aws:kinesis:us-east-1:1:stream/ord?rs",
+            "orders"
+        ));
+        assert!(covers(
+            "arn:aws:kinesis:*:*:stream/*",
+            "arn:aws:kinesis:us-east-1:1:stream/orders"
+        ));
+        assert!(covers(
+            "arn:aws:sqs:us-east-1:1:dead-letters",
+            "dead-letters"
+        ));
+        assert!(!covers("arn:aws:dynamodb:*:*:table/ledger", "leases"));
+        assert!(!covers("arn:aws:kinesis:*:*:stream/payments*", "orders"));
+    }
 }

@@ -10,6 +10,7 @@
 
 pub mod checkpoint;
 pub mod console;
+pub mod deployed;
 pub mod doctor;
 pub mod import;
 pub mod status;

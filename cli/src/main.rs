@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use kinesis_checkpoint_cli::checkpoint::{Options, Target, move_checkpoint};
-use kinesis_checkpoint_cli::{Error, aws_config, doctor, import, status};
+use kinesis_checkpoint_cli::{Error, aws_config, deployed, doctor, import, status};
 
 /// See and steer a kinesis-checkpoint lease table.
 ///
@@ -103,11 +103,16 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Check the event source mappings of a SAM or CloudFormation template.
+    /// Check the Kinesis event source mappings of a SAM or CloudFormation template, or of a
+    /// deployed function (Lambda and IAM APIs).
     Doctor {
-        /// The template.
-        #[arg(long, default_value = "template.yaml")]
+        /// The template (offline; the default).
+        #[arg(long, default_value = "template.yaml", conflicts_with = "function")]
         template: std::path::PathBuf,
+        /// A deployed function's name or ARN: its mappings, environment and role are read from
+        /// the Lambda and IAM APIs.
+        #[arg(long)]
+        function: Option<String>,
         /// JSON for scripts.
         #[arg(long)]
         json: bool,
@@ -154,23 +159,20 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let mut out = stdout.lock();
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
-    if let Command::Doctor { template, json } = &cli.command {
-        let text = std::fs::read_to_string(template)
-            .map_err(|error| format!("cannot read {}: {error}", template.display()))?;
-        let findings = doctor::check_template(&text)?;
-        if *json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?;
-        } else {
-            write!(out, "{}", doctor::report(&findings))?;
-        }
-        let failed = findings
-            .iter()
-            .any(|f| f.severity == doctor::Severity::Error);
-        return Ok(if failed {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        });
+    if let Command::Doctor {
+        template,
+        function,
+        json,
+    } = &cli.command
+    {
+        return doctor_command(
+            template,
+            function.as_deref(),
+            *json,
+            cli.endpoint_url.as_deref(),
+            &mut out,
+        )
+        .await;
     }
     let config = aws_config(cli.endpoint_url.as_deref()).await;
     match cli.command {
@@ -265,4 +267,36 @@ async fn set(
     };
     move_checkpoint(&store, &key, target, options, input, out).await?;
     Ok(())
+}
+
+/// `doctor`: the template's mappings offline, or a deployed function's through the APIs; fails
+/// on any error found.
+async fn doctor_command(
+    template: &std::path::Path,
+    function: Option<&str>,
+    json: bool,
+    endpoint_url: Option<&str>,
+    out: &mut impl Write,
+) -> Result<ExitCode, Error> {
+    let findings = if let Some(function) = function {
+        let config = aws_config(endpoint_url).await;
+        deployed::check_function(&config, function).await?
+    } else {
+        let text = std::fs::read_to_string(template)
+            .map_err(|error| format!("cannot read {}: {error}", template.display()))?;
+        doctor::check_template(&text)?
+    };
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?;
+    } else {
+        write!(out, "{}", doctor::report(&findings))?;
+    }
+    let failed = findings
+        .iter()
+        .any(|f| f.severity == doctor::Severity::Error);
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -722,3 +722,182 @@ fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
             .contains("MaximumRecordAgeInSeconds: -1")
     );
 }
+
+/// A function deployed in moto, with the environment `variables` and a role with the inline
+/// policy `policy` (and the managed policy `attached`, if any), and a Kinesis mapping that
+/// `mapping` configures.
+async fn deploy(
+    config: &aws_config::SdkConfig,
+    stream_arn: &str,
+    policy: &Value,
+    attached: Option<&Value>,
+    variables: &[(&str, &str)],
+    mapping: impl FnOnce(
+        aws_sdk_lambda::operation::create_event_source_mapping::builders::CreateEventSourceMappingFluentBuilder,
+    ) -> aws_sdk_lambda::operation::create_event_source_mapping::builders::CreateEventSourceMappingFluentBuilder,
+) -> String {
+    let iam = aws_sdk_iam::Client::new(config);
+    let role = unique("role");
+    let created = iam
+        .create_role()
+        .role_name(&role)
+        .assume_role_policy_document(
+            serde_json::json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+                "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    iam.put_role_policy()
+        .role_name(&role)
+        .policy_name("toolkit")
+        .policy_document(policy.to_string())
+        .send()
+        .await
+        .unwrap();
+    if let Some(attached) = attached {
+        let managed = iam
+            .create_policy()
+            .policy_name(unique("managed"))
+            .policy_document(attached.to_string())
+            .send()
+            .await
+            .unwrap();
+        iam.attach_role_policy()
+            .role_name(&role)
+            .policy_arn(managed.policy().unwrap().arn().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    let lambda = aws_sdk_lambda::Client::new(config);
+    let function = unique("fn");
+    // An empty zip archive: moto stores the code, it never runs it here.
+    let mut zip = b"PK\x05\x06".to_vec();
+    zip.extend([0; 18]);
+    let mut environment = aws_sdk_lambda::types::Environment::builder();
+    for (name, value) in variables {
+        environment = environment.variables(*name, *value);
+    }
+    lambda
+        .create_function()
+        .function_name(&function)
+        .runtime(aws_sdk_lambda::types::Runtime::Providedal2023)
+        .handler("bootstrap")
+        .role(created.role().unwrap().arn())
+        .code(
+            aws_sdk_lambda::types::FunctionCode::builder()
+                .zip_file(aws_sdk_lambda::primitives::Blob::new(zip))
+                .build(),
+        )
+        .environment(environment.build())
+        .send()
+        .await
+        .unwrap();
+    mapping(
+        lambda
+            .create_event_source_mapping()
+            .function_name(&function)
+            .event_source_arn(stream_arn)
+            .starting_position(aws_sdk_lambda::types::EventSourcePosition::TrimHorizon),
+    )
+    .send()
+    .await
+    .unwrap();
+    function
+}
+
+#[tokio::test]
+async fn doctor_reads_a_deployed_function_its_mapping_and_its_role_from_the_apis() {
+    let moto = Moto::shared();
+    let config = moto.sdk_config(1).await;
+    let stream = unique("doctor-stream");
+    let kinesis = aws_sdk_kinesis::Client::new(&config);
+    kinesis
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
+    let stream_arn = kinesis
+        .describe_stream_summary()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_owned();
+    let table_and_queue = serde_json::json!([
+        {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+         "Resource": "arn:aws:dynamodb:*:*:table/leases*"},
+        {"Effect": "Allow", "Action": "sqs:SendMessage",
+         "Resource": "arn:aws:sqs:us-east-1:123456789012:dead-letters"},
+    ]);
+    let variables = [
+        ("LEASE_TABLE", "leases"),
+        (
+            "DEAD_LETTER_QUEUE_URL",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/dead-letters",
+        ),
+    ];
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+
+    // Deployed as the template's pitfalls would leave it: no item failures, limited retries,
+    // two batches per shard in the shard mode, and no right to read the stream.
+    let policy = serde_json::json!({"Version": "2012-10-17", "Statement": table_and_queue});
+    let careless = deploy(&config, &stream_arn, &policy, None, &variables, |mapping| {
+        mapping.maximum_retry_attempts(2).parallelization_factor(2)
+    })
+    .await;
+    let output = run(&endpoint, &["doctor", "--function", &careless], "");
+    let said = text(&output.stdout) + &text(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    for expected in [
+        "ReportBatchItemFailures",
+        "MaximumRetryAttempts is 2",
+        "ParallelizationFactor is 2",
+        "does not allow kinesis:GetRecords",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+    for granted in ["dynamodb:UpdateItem", "sqs:SendMessage"] {
+        assert!(!said.contains(granted), "{granted} is granted: {said}");
+    }
+
+    // The same function done right, the stream's permissions in a managed policy attached to
+    // the role: nothing to change.
+    let stream_policy = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "kinesis:*", "Resource": "arn:aws:kinesis:*:*:stream/doctor-*"}]});
+    let careful = deploy(
+        &config,
+        &stream_arn,
+        &policy,
+        Some(&stream_policy),
+        &variables,
+        |mapping| {
+            mapping
+                .function_response_types(
+                    aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures,
+                )
+                .maximum_retry_attempts(-1)
+                .maximum_record_age_in_seconds(-1)
+        },
+    )
+    .await;
+    let output = run(&endpoint, &["doctor", "--function", &careful], "");
+    let said = text(&output.stdout) + &text(&output.stderr);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("no problems found"), "{said}");
+
+    let output = run(&endpoint, &["doctor", "--function", "no-such-function"], "");
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("cannot read the function no-such-function"),
+        "{}",
+        text(&output.stderr)
+    );
+}
