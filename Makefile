@@ -5,7 +5,7 @@
 #   make status     the lease table, one line per shard (TABLE=..., STREAM=...)
 #   make doctor     template.yaml's event source mapping checked against what the toolkit needs
 #   make test       every test, installing the Python tools it needs into .venv
-#   make build      the ledger function for Lambda (arm64, release) with cargo lambda
+#   make build      the ledger function for Lambda (arm64, lambda profile) with cargo lambda
 #   make deploy     sam build && sam deploy (the stack of template.yaml)
 #   make watch      the function under `cargo lambda watch`, against LOCAL_ENDPOINT
 #   make invoke EVENT=events/batch.json
@@ -71,13 +71,15 @@ validate: $(VENV)/.installed
 	scripts/validate-template template.yaml
 
 build: $(VENV)/.installed
-	cd functions/ledger && cargo lambda build --release --arm64
+	cd functions/ledger && cargo lambda build --profile lambda --arm64
 
 # `sam build` runs cargo lambda for the function (BuildMethod: rust-cargolambda). Without SAM,
 # `cargo lambda deploy` uploads the function alone: the stream, tables, queue and mapping must
 # then exist already (see README).
+# SAM builds with `--release`: the environment gives that profile the `lambda` profile's settings.
 deploy: $(VENV)/.installed
-	sam build --beta-features
+	CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+	  sam build --beta-features
 	sam deploy --stack-name $(STACK) --capabilities CAPABILITY_IAM --resolve-s3
 
 watch: $(VENV)/.installed
@@ -104,8 +106,8 @@ bench: $(VENV)/.installed
 	cargo bench --bench memory
 	cargo build --release -p ledger -p bare
 	cargo bench --bench coldstart
-	cd functions/ledger && cargo lambda build --release --arm64
-	@echo "arm64 bootstrap (stripped): $$(stat -c %s target/lambda/ledger/bootstrap) bytes"
+	cd functions/ledger && cargo lambda build --profile lambda --arm64
+	@echo "arm64 bootstrap (lambda profile, stripped): $$(stat -c %s target/lambda/ledger/bootstrap) bytes"
 	cargo bench --bench concurrency -- $(CRITERION_ARGS)
 	cargo bench --bench kpl -- $(CRITERION_ARGS)
 
