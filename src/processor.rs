@@ -39,7 +39,7 @@ use crate::memory::{millis, now_millis};
 use crate::metrics::{Meter, Metrics};
 use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
-use crate::sequence::{Position, SequenceNumber};
+use crate::sequence::{Position, SequenceNumber, cmp_record};
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
 /// invocation that dies holds its shard for seconds; renewed while a long batch runs.
@@ -751,8 +751,11 @@ impl<H: Handler> Processor<H> {
         };
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
-        let done_before =
-            |entry: &Entry| checkpoint.as_ref().is_some_and(|c| entry.position() <= *c);
+        let done_before = |entry: &Entry| {
+            checkpoint
+                .as_ref()
+                .is_some_and(|c| entry.cmp_position(c).is_le())
+        };
         let skipped = entries
             .iter()
             .take_while(|entry| done_before(entry))
@@ -1359,6 +1362,21 @@ impl Entry {
             Self::Malformed(_, sequence) => sequence,
             #[cfg(feature = "kpl")]
             Self::Undecodable(error) => error.record().sequence(),
+        }
+    }
+
+    /// How the entry's position compares with `other`, without building the position.
+    fn cmp_position(&self, other: &Position) -> std::cmp::Ordering {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => {
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
+            Self::Malformed(_, sequence) => cmp_record(sequence, None, other),
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => {
+                let record = error.record();
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
         }
     }
 
