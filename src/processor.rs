@@ -39,7 +39,7 @@ use crate::memory::{millis, now_millis};
 use crate::metrics::{Meter, Metrics};
 use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
-use crate::sequence::{Position, SequenceNumber};
+use crate::sequence::{Position, SequenceNumber, cmp_record};
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
 /// invocation that dies holds its shard for seconds; renewed while a long batch runs.
@@ -679,7 +679,7 @@ impl<H: Handler> Processor<H> {
     #[tracing::instrument(name = "batch", skip_all, fields(request = context.request_id, records = event.records.len()))]
     pub async fn process_batch(
         &self,
-        event: KinesisEvent,
+        mut event: KinesisEvent,
         context: &Context,
     ) -> Result<BatchReport, ProcessError> {
         let started = self.meter.as_ref().map(|meter| meter.begin());
@@ -691,7 +691,7 @@ impl<H: Handler> Processor<H> {
             "batch received"
         );
         #[cfg_attr(not(feature = "kpl"), allow(unused_mut))]
-        let (mut groups, orphans, unreportable) = group(parse_event(event));
+        let (mut groups, orphans, unreportable) = group(parse_event(&mut event));
         #[cfg(feature = "kpl")]
         if self.deaggregate {
             for group in &mut groups {
@@ -751,8 +751,11 @@ impl<H: Handler> Processor<H> {
         };
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
-        let done_before =
-            |entry: &Entry| checkpoint.as_ref().is_some_and(|c| entry.position() <= *c);
+        let done_before = |entry: &Entry| {
+            checkpoint
+                .as_ref()
+                .is_some_and(|c| entry.cmp_position(c).is_le())
+        };
         let skipped = entries
             .iter()
             .take_while(|entry| done_before(entry))
@@ -970,24 +973,24 @@ impl<H: Handler> Processor<H> {
             change: FailingChange::Keep,
         };
         let mut dispositions = vec![Disposition::NotAttempted; pending.len()];
-        let mut done_through = None;
+        // Every record before `index` is done: the position below which all are done is the
+        // previous record's, taken once at the end rather than cloned for every record.
+        let done_before = |index: usize| index.checked_sub(1).map(|last| pending[last].position());
         for (index, entry) in pending.iter().enumerate() {
-            if done_above.binary_search(&entry.position()).is_ok() {
+            // Only a row written under per-key concurrency remembers records done above its
+            // checkpoint; without them, no position needs building to look one up.
+            if !done_above.is_empty() && done_above.binary_search(&entry.position()).is_ok() {
                 dispositions[index] = Disposition::Duplicate;
-                done_through = Some(entry.position());
                 continue;
             }
             match self.attempt(entry, invocation, lease, &mut failing).await {
-                Ok(disposition) => {
-                    dispositions[index] = disposition;
-                    done_through = Some(entry.position());
-                }
+                Ok(disposition) => dispositions[index] = disposition,
                 Err(reason) => {
                     tracing::warn!(sequence = %entry.sequence(), %reason, "the record is not done; stopping");
                     dispositions[index] = Disposition::Reported;
                     return Dispatched {
                         dispositions,
-                        done_through,
+                        done_through: done_before(index),
                         stopped: Some((index, reason)),
                         failing: failing.change,
                         done_above: Vec::new(),
@@ -997,7 +1000,7 @@ impl<H: Handler> Processor<H> {
         }
         Dispatched {
             dispositions,
-            done_through,
+            done_through: done_before(pending.len()),
             stopped: None,
             failing: failing.change,
             done_above: Vec::new(),
@@ -1035,18 +1038,21 @@ impl<H: Handler> Processor<H> {
                 return self.failed(error.record(), reason, true, failing).await;
             }
         };
-        if lease.lost() {
+        // One reading of the clock serves both checks and the handler's time limit.
+        let now = now_millis();
+        if lease.lost_at(now) {
             return Err(StopReason::Fenced);
         }
         let time_left = invocation
-            .time_left()
+            .time_left_at(now)
             .map(|left| left.saturating_sub(self.deadline_margin));
         if time_left.is_some_and(|left| left.is_zero()) {
             return Err(StopReason::Deadline);
         }
-        let (reason, rejected) = match self.call(record.clone(), time_left).await {
+        let stop_at = time_left.map(|left| now.saturating_add(millis(left)));
+        let (reason, rejected) = match self.call(record.clone(), stop_at).await {
             Ok(Outcome::Ack) => {
-                failing.succeeded(&record.position());
+                failing.succeeded(record);
                 return Ok(Disposition::Processed);
             }
             Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
@@ -1088,7 +1094,7 @@ impl<H: Handler> Processor<H> {
                     reason = dead_reason.as_str(),
                     "dead-lettered the record; moving past it"
                 );
-                failing.succeeded(&position);
+                failing.succeeded(record);
                 Ok(Disposition::DeadLettered)
             }
             Err(sink_error) => {
@@ -1104,20 +1110,14 @@ impl<H: Handler> Processor<H> {
         }
     }
 
-    /// Calls the handler, turning a panic or a run past `time_left` into a stop.
-    async fn call(
-        &self,
-        record: Record,
-        time_left: Option<Duration>,
-    ) -> Result<Outcome, StopReason> {
-        let handled = CatchUnwind(self.handler.handle(record));
-        let outcome = match time_left {
-            Some(left) => tokio::time::timeout(left, handled)
-                .await
-                .map_err(|_| StopReason::HandlerTimedOut)?,
-            None => handled.await,
-        };
-        outcome.map_err(StopReason::Panicked)
+    /// Calls the handler, turning a panic or a run past `stop_at` (epoch milliseconds) into a
+    /// stop.
+    fn call(&self, record: Record, stop_at: Option<u64>) -> Guarded<'_> {
+        Guarded {
+            handler: self.handler.handle(record),
+            stop_at,
+            timer: None,
+        }
     }
 
     /// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
@@ -1216,9 +1216,14 @@ impl Failing {
         attempts
     }
 
-    /// The record at `position` is done (processed or dead-lettered): forget it.
-    fn succeeded(&mut self, position: &Position) {
-        if self.known.as_ref().is_some_and(|known| known.is(position)) {
+    /// `record` is done (processed or dead-lettered): forget it if it is the failing one.
+    fn succeeded(&mut self, record: &Record) {
+        // Most records were never failing: no position is built for them.
+        if self
+            .known
+            .as_ref()
+            .is_some_and(|known| known.is(&record.position()))
+        {
             self.known = None;
             self.change = FailingChange::Clear;
         }
@@ -1269,8 +1274,13 @@ impl Invocation {
     }
 
     fn time_left(&self) -> Option<Duration> {
+        self.time_left_at(now_millis())
+    }
+
+    /// The time left at `now` (epoch milliseconds), for a caller that has read the clock.
+    fn time_left_at(&self, now: u64) -> Option<Duration> {
         self.deadline
-            .map(|deadline| Duration::from_millis(deadline.saturating_sub(now_millis())))
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(now)))
     }
 
     /// A lease never outlives the invocation that holds it.
@@ -1306,8 +1316,9 @@ impl LeaseWatch {
         self.lost.store(true, Ordering::Relaxed);
     }
 
-    fn lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed) || now_millis() >= self.lapses_at.load(Ordering::Relaxed)
+    /// Whether the lease is lost at `now` (epoch milliseconds).
+    fn lost_at(&self, now: u64) -> bool {
+        self.lost.load(Ordering::Relaxed) || now >= self.lapses_at.load(Ordering::Relaxed)
     }
 }
 
@@ -1351,6 +1362,21 @@ impl Entry {
             Self::Malformed(_, sequence) => sequence,
             #[cfg(feature = "kpl")]
             Self::Undecodable(error) => error.record().sequence(),
+        }
+    }
+
+    /// How the entry's position compares with `other`, without building the position.
+    fn cmp_position(&self, other: &Position) -> std::cmp::Ordering {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => {
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
+            Self::Malformed(_, sequence) => cmp_record(sequence, None, other),
+            #[cfg(feature = "kpl")]
+            Self::Undecodable(error) => {
+                let record = error.record();
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
         }
     }
 
@@ -1422,18 +1448,26 @@ fn group(
         before.or_else(after).map(|record| record.key().clone())
     };
     let cut = parsed.iter().position(Result::is_err);
-    // Computed before `parsed` is consumed: the neighbours are looked up by index.
-    let malformed_keys: Vec<Option<LeaseKey>> = parsed
-        .iter()
-        .enumerate()
-        .map(|(index, item)| match item {
-            Ok(_) => None,
-            Err(malformed) => match (&malformed.stream, &malformed.shard) {
-                (Some(stream), Some(shard)) => Some(LeaseKey::new(stream.as_str(), shard.as_str())),
-                _ => neighbour_key(index),
-            },
-        })
-        .collect();
+    // Computed before `parsed` is consumed: the neighbours are looked up by index. Only for a
+    // batch that holds a malformed record: a vector as long as the batch costs most of the
+    // grouping (see BENCHMARKS.md), and a well-formed batch needs none of it.
+    let malformed_keys: Vec<Option<LeaseKey>> = if cut.is_some() {
+        parsed
+            .iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Ok(_) => None,
+                Err(malformed) => match (&malformed.stream, &malformed.shard) {
+                    (Some(stream), Some(shard)) => {
+                        Some(LeaseKey::new(stream.as_str(), shard.as_str()))
+                    }
+                    _ => neighbour_key(index),
+                },
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut unreportable = None;
     let total = parsed.len();
     for (index, item) in parsed.into_iter().enumerate() {
@@ -1498,23 +1532,48 @@ impl ShardBatch {
     }
 }
 
-/// A handler future whose panic becomes an error, so one bad record cannot take the batch (and
-/// its checkpoint) down with it.
-struct CatchUnwind<'a>(BoxFuture<'a, Outcome>);
+/// A handler's future, guarded: a panic becomes an error, so one bad record cannot take the
+/// batch (and its checkpoint) down with it, and a run past `stop_at` is stopped.
+///
+/// The timer is armed only once the handler waits: one that finishes on its first poll costs
+/// no timer, and `tokio::time::timeout` would not have stopped it either, since it polls the
+/// future before its deadline. Armed, it fires at `stop_at` however long that first poll took.
+struct Guarded<'a> {
+    handler: BoxFuture<'a, Outcome>,
+    /// Epoch milliseconds; `None` when the invocation has no deadline.
+    stop_at: Option<u64>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
 
-impl Future for CatchUnwind<'_> {
-    type Output = Result<Outcome, String>;
+impl Future for Guarded<'_> {
+    type Output = Result<Outcome, StopReason>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let future = &mut self.0;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(Poll::Ready(outcome)) => Poll::Ready(Ok(outcome)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_owned()))),
+        let this = &mut *self;
+        let handler = &mut this.handler;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(Poll::Ready(outcome)) => return Poll::Ready(Ok(outcome)),
+            Ok(Poll::Pending) => {}
+            Err(panic) => {
+                return Poll::Ready(Err(StopReason::Panicked(
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".to_owned()),
+                )));
+            }
         }
+        let Some(stop_at) = this.stop_at else {
+            return Poll::Pending;
+        };
+        let timer = this.timer.get_or_insert_with(|| {
+            let left = Duration::from_millis(stop_at.saturating_sub(now_millis()));
+            Box::pin(tokio::time::sleep(left))
+        });
+        timer
+            .as_mut()
+            .poll(cx)
+            .map(|()| Err(StopReason::HandlerTimedOut))
     }
 }

@@ -246,24 +246,39 @@ impl Ord for Position {
         match (self, other) {
             (Self::ShardEnd, Self::ShardEnd) => Ordering::Equal,
             (Self::ShardEnd, Self::Record { .. }) => Ordering::Greater,
-            (Self::Record { .. }, Self::ShardEnd) => Ordering::Less,
             (
                 Self::Record {
-                    sequence: left,
-                    sub_sequence: left_sub,
+                    sequence,
+                    sub_sequence,
                 },
-                Self::Record {
-                    sequence: right,
-                    sub_sequence: right_sub,
-                },
-            ) => left.cmp(right).then_with(|| match (left_sub, right_sub) {
+                other,
+            ) => cmp_record(sequence, *sub_sequence, other),
+        }
+    }
+}
+
+/// Orders the record at `sequence` (sub-record `sub_sequence`) against `other`, as
+/// [`Position`]'s order does, without building a position for it: deduping a batch against its
+/// checkpoint would otherwise clone and drop a sequence number per record.
+pub(crate) fn cmp_record(
+    sequence: &SequenceNumber,
+    sub_sequence: Option<u64>,
+    other: &Position,
+) -> Ordering {
+    match other {
+        Position::ShardEnd => Ordering::Less,
+        Position::Record {
+            sequence: right,
+            sub_sequence: right_sub,
+        } => sequence
+            .cmp(right)
+            .then_with(|| match (sub_sequence, right_sub) {
                 // The whole record comes after every one of its parts.
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Greater,
                 (Some(_), None) => Ordering::Less,
                 (Some(l), Some(r)) => l.cmp(r),
             }),
-        }
     }
 }
 
