@@ -78,7 +78,7 @@ build: $(VENV)/.installed
 # then exist already (see README).
 # SAM builds with `--release`: the environment gives that profile the `lambda` profile's settings.
 deploy: $(VENV)/.installed
-	CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+	CARGO_PROFILE_RELEASE_OPT_LEVEL=z CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
 	  sam build --beta-features
 	sam deploy --stack-name $(STACK) --capabilities CAPABILITY_IAM --resolve-s3
 

@@ -104,6 +104,42 @@ pub fn required(name: &str) -> Result<String, String> {
     std::env::var(name).map_err(|_| format!("set {name} (see functions/ledger/src/main.rs)"))
 }
 
+/// Logs to standard output as Lambda's advanced logging controls ask: `AWS_LAMBDA_LOG_FORMAT`
+/// `JSON` or text, and the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG` (a level, or
+/// per-target levels such as `info,kinesis_checkpoint=debug`), else `INFO`.
+///
+/// `lambda_runtime::tracing::init_default_subscriber` does the same with `tracing-subscriber`'s
+/// `EnvFilter`, whose regular-expression engine is about half a megabyte of the arm64 binary
+/// (BENCHMARKS.md, section 4): per-target levels need no regular expression.
+///
+/// ```no_run
+/// ledger::init_logging();
+/// tracing::info!("logged as Lambda's log controls ask");
+/// ```
+pub fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+
+    let filter: Targets = std::env::var("AWS_LAMBDA_LOG_LEVEL")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .ok()
+        .and_then(|levels| levels.to_ascii_lowercase().parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let layer = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .without_time();
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    if json {
+        tracing_subscriber::registry()
+            .with(layer.json().with_filter(filter))
+            .init();
+    } else {
+        tracing_subscriber::registry()
+            .with(layer.with_filter(filter))
+            .init();
+    }
+}
+
 /// The ledger's record handler over `book`.
 pub fn handler<B: Book>(book: Arc<B>) -> impl Handler {
     json(move |order: Order, record: Record| {

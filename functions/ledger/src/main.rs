@@ -18,7 +18,7 @@ use ledger::{DynamoBook, required};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    ledger::init_logging();
     let config = aws_config::load_from_env().await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
