@@ -10,8 +10,8 @@
 //! own, so that the cold start can be split into start-up and the invocation's own work. A third
 //! series starts the ledger with an empty event (`{"Records": []}`), which it answers without
 //! any request: its start-up alone, beside the bare function's; a fourth does the same with
-//! `SSL_CERT_DIR` pointing at an empty directory, to show what scanning this machine's
-//! certificate directory costs.
+//! `SSL_CERT_FILE` at the system's bundle and `SSL_CERT_DIR` at an empty directory, to show what
+//! scanning this machine's certificate directory costs.
 //!
 //! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
 //! (`cargo build --release -p ledger -p bare`). `COLDSTART_RUNS` (default 20) cold starts of
@@ -252,10 +252,20 @@ fn main() {
     };
     // The SDK's HTTPS client loads the system's root certificates at start-up: the bundle, then
     // every file of the certificate directory (292 here; Amazon Linux 2023, Lambda's image, keeps
-    // little beside the bundle there). An empty directory shows what that scan costs.
+    // little beside the bundle there). The bundle with an empty directory shows what the scan
+    // costs. Both variables are set: either one alone replaces the system's defaults, and an
+    // empty directory alone would leave the client without any root.
     let no_cert_dir = root().join("target/coldstart-empty-cert-dir");
     std::fs::create_dir_all(&no_cert_dir).unwrap();
+    let bundle = [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+    ]
+    .into_iter()
+    .find(|path| Path::new(path).exists())
+    .expect("a root certificate bundle");
     let mut bundle_only_env = ledger_env.clone();
+    bundle_only_env.push(("SSL_CERT_FILE".into(), bundle.into()));
     bundle_only_env.push(("SSL_CERT_DIR".into(), no_cert_dir.display().to_string()));
     let ledger_empty = Function {
         name: "ledger, empty event",
