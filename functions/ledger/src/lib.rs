@@ -109,7 +109,7 @@ pub fn required(name: &str) -> Result<String, String> {
 /// per-target levels such as `info,kinesis_checkpoint=debug`), else `INFO`.
 ///
 /// `lambda_runtime::tracing::init_default_subscriber` does the same with `tracing-subscriber`'s
-/// `EnvFilter`, whose regular-expression engine is about half a megabyte of the arm64 binary
+/// `EnvFilter`, whose regular-expression engine is about 0.3 MB of the arm64 binary
 /// (BENCHMARKS.md, section 4): per-target levels need no regular expression.
 ///
 /// ```no_run
