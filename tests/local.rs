@@ -407,18 +407,7 @@ async fn the_partition_key_mode_handles_every_record_once_in_key_order_at_every_
             .maximum_deliveries(5_000)
             .seed(factor as u64);
         let report = EventSource::new(stream, mapping)
-            .run_observed(Arc::new(processor), |d| {
-                if std::env::var("TRACE_DELIVERIES").is_ok() {
-                    eprintln!(
-                        "factor {factor} {} {} lane {} {:?} {:?}",
-                        d.request_id,
-                        d.shard,
-                        d.lane,
-                        d.sequences.len(),
-                        d.outcome
-                    );
-                }
-            })
+            .run(Arc::new(processor))
             .await
             .unwrap_or_else(|e| panic!("factor {factor}: {e}"));
         assert!(report.discarded.is_empty());
