@@ -388,7 +388,7 @@ impl Gate {
         parent: &LeaseKey,
     ) -> Result<Option<Held>, LeaseError> {
         let (row, info) = match self.closed_parent(store, parent).await? {
-            Ok(open) => open,
+            Ok(closed) => closed,
             Err(settled) => return Ok(settled),
         };
         let records = self
@@ -514,7 +514,7 @@ impl Gate {
         parent: &LeaseKey,
     ) -> Result<Option<Held>, LeaseError> {
         let (row, info) = match self.closed_parent(store, parent).await? {
-            Ok(open) => open,
+            Ok(closed) => closed,
             Err(settled) => return Ok(settled),
         };
         let after = row.checkpoint.as_deref();
