@@ -249,6 +249,24 @@ async fn an_expired_lease_of_a_dead_invocation_is_taken_over() {
     assert_eq!(seen.all(), vec![0, 1, 2]);
 }
 
+/// An earlier invocation gets through records 0 and 1; then the batch of `records` runs and
+/// finds its lease stolen by `thief` just before its checkpoint.
+async fn fenced_after_two<H: kinesis_checkpoint::Handler>(
+    processor: &Processor<H>,
+    store: &Faulty<MemoryLeaseStore>,
+    records: std::ops::Range<u64>,
+) -> kinesis_checkpoint::BatchReport {
+    processor
+        .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
+        .await
+        .unwrap();
+    store.steal_before_checkpoint.store(true, Ordering::SeqCst);
+    processor
+        .process_batch(batch(STREAM, SHARD, records), &context("r1", 60_000))
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
     let memory = Arc::new(MemoryLeaseStore::new());
@@ -256,16 +274,7 @@ async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
-    // An earlier invocation got through record 1.
-    processor
-        .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
-        .await
-        .unwrap();
-    store.steal_before_checkpoint.store(true, Ordering::SeqCst);
-    let report = processor
-        .process_batch(batch(STREAM, SHARD, 0..6), &context("r1", 60_000))
-        .await
-        .unwrap();
+    let report = fenced_after_two(&processor, &store, 0..6).await;
 
     let shard = &report.shards[0];
     assert_eq!(
@@ -298,16 +307,7 @@ async fn a_dead_letter_whose_checkpoint_is_fenced_is_reported_so_the_shard_never
         seen.handler(|n| (n == 2).then(|| Outcome::reject("not an order"))),
     )
     .dead_letters(letters.clone());
-    processor
-        .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
-        .await
-        .unwrap();
-
-    store.steal_before_checkpoint.store(true, Ordering::SeqCst);
-    let report = processor
-        .process_batch(batch(STREAM, SHARD, 2..3), &context("r1", 60_000))
-        .await
-        .unwrap();
+    let report = fenced_after_two(&processor, &store, 2..3).await;
     let shard = &report.shards[0];
     assert_eq!(shard.count(Disposition::Uncheckpointed), 1);
     assert_eq!(reported(&report.response()), vec![sequence(2)]);
