@@ -172,7 +172,7 @@ impl Topology for SlowListing {
 async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot_take_it() {
     let store = Arc::new(MemoryLeaseStore::new());
     let handled = Handled::default();
-    let handler = |handled: Handled| {
+    let acking = |handled: Handled| {
         move |record: Record| {
             let handled = handled.clone();
             async move {
@@ -182,7 +182,7 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
         }
     };
     // The gate takes 2.5 s to list the stream; the lease lives 1 s unless renewed.
-    let gated = Processor::new(store.clone(), handler(handled.clone()))
+    let gated = Processor::new(store.clone(), acking(handled.clone()))
         .gate(Gate::new(
             Arc::new(SlowListing {
                 delay: Duration::from_millis(2_500),
@@ -202,7 +202,7 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
     // A concurrent delivery of the same records, while the first is still in the gate and past
     // its lease's first lifetime.
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    let concurrent = Processor::new(store.clone(), handler(handled.clone()))
+    let concurrent = Processor::new(store.clone(), acking(handled.clone()))
         .process_batch(batch(STREAM, SHARD, 0..5), &context("concurrent", 60_000))
         .await
         .unwrap();
