@@ -5,6 +5,7 @@
 pub mod faults;
 pub mod http;
 pub mod kinesis;
+pub mod kpl;
 pub mod moto;
 
 use std::path::PathBuf;
