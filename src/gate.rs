@@ -395,7 +395,6 @@ impl Gate {
             .topology
             .records(parent.stream(), parent.shard())
             .await?;
-        #[cfg(feature = "kpl")]
         let records: Vec<Record> = records
             .into_iter()
             .flat_map(|record| match crate::kpl::deaggregate(record) {
@@ -646,7 +645,7 @@ mod kinesis {
     use std::time::Duration;
 
     use aws_sdk_kinesis::Client;
-    use aws_sdk_kinesis::error::DisplayErrorContext;
+    use aws_sdk_kinesis::error::ProvideErrorMetadata;
     use aws_sdk_kinesis::types::ShardIteratorType;
 
     use super::{ShardInfo, Topology, TopologyError};
@@ -690,10 +689,14 @@ mod kinesis {
         }
     }
 
-    fn failed(what: &str, stream: &str, error: &impl std::error::Error) -> TopologyError {
+    fn failed(
+        what: &str,
+        stream: &str,
+        error: &(impl ProvideErrorMetadata + std::error::Error + 'static),
+    ) -> TopologyError {
         format!(
             "Kinesis {what} on stream '{stream}' failed: {}",
-            DisplayErrorContext(error)
+            crate::aws_error::cause(error)
         )
         .into()
     }
@@ -816,7 +819,9 @@ mod kinesis {
                         records.push(Record::new(
                             key.clone(),
                             sequence,
-                            record.partition_key(),
+                            // No key (on-demand streams may omit it): the empty key, as in
+                            // `Record::partition_key`.
+                            record.partition_key().unwrap_or_default(),
                             record.data().as_ref().to_vec(),
                         ));
                     }
