@@ -58,6 +58,7 @@
 //!     lambda_runtime::run(Processor::new(leases, handle).service()).await
 //! }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
 pub mod aws_error;
