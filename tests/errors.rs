@@ -32,7 +32,10 @@ fn assert_readable(message: &str, names: &[&str]) {
         message.len()
     );
     for debug in ["ServiceError", "ErrorMetadata", "{", "raw:"] {
-        assert!(!message.contains(debug), "no debug dump ({debug}): {message}");
+        assert!(
+            !message.contains(debug),
+            "no debug dump ({debug}): {message}"
+        );
     }
     for name in names {
         assert!(message.contains(name), "names {name:?}: {message}");
@@ -47,7 +50,10 @@ async fn a_missing_lease_table_fails_in_one_short_line_naming_table_row_and_code
     let store = DynamoLeaseStore::new(&config, table.clone());
     let key = LeaseKey::new("orders", "shardId-000000000000");
 
-    let error = store.read(&key).await.expect_err("the table does not exist");
+    let error = store
+        .read(&key)
+        .await
+        .expect_err("the table does not exist");
 
     let message = error.to_string();
     assert_readable(
@@ -74,9 +80,7 @@ async fn a_missing_stream_fails_in_one_short_line_naming_the_stream_and_the_code
 
     assert_readable(
         &error.to_string(),
-        &[
-            "Kinesis ListShards on stream 'no-such-stream' failed: ResourceNotFoundException",
-        ],
+        &["Kinesis ListShards on stream 'no-such-stream' failed: ResourceNotFoundException"],
     );
 }
 

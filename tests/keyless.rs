@@ -14,7 +14,9 @@ use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::partition_key::row_key;
 use kinesis_checkpoint::record::LambdaKinesisEvent;
-use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore, Mode, Outcome, Processor, Record};
+use kinesis_checkpoint::{
+    LeaseKey, LeaseStore, MemoryLeaseStore, Mode, Outcome, Processor, Record,
+};
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";
@@ -147,7 +149,10 @@ async fn records_without_a_partition_key_keep_their_order_among_themselves_under
 
 /// The event of a shard's records in the in-memory stream, each with the JSON value
 /// `partition_key` gives for its key ("" is written as a missing `partitionKey`).
-fn stream_event(stream: &MemoryStream, shard: &str) -> aws_lambda_events::event::kinesis::KinesisEvent {
+fn stream_event(
+    stream: &MemoryStream,
+    shard: &str,
+) -> aws_lambda_events::event::kinesis::KinesisEvent {
     let records = stream
         .records(shard)
         .into_iter()
@@ -163,7 +168,12 @@ fn stream_event(stream: &MemoryStream, shard: &str) -> aws_lambda_events::event:
 async fn the_partition_key_mode_and_its_gate_keep_a_row_for_records_without_a_key() {
     let stream = MemoryStream::new(STREAM, 1);
     let parent = "shardId-000000000000";
-    let last_keyless = [stream.put("", "{}"), stream.put("k", "{}"), stream.put("", "{}")][2].clone();
+    let last_keyless = [
+        stream.put("", "{}"),
+        stream.put("k", "{}"),
+        stream.put("", "{}"),
+    ][2]
+    .clone();
     let (left, right) = stream.split(parent);
     stream.put("", "{}");
     let child = stream.shard_of("");
@@ -196,7 +206,10 @@ async fn the_partition_key_mode_and_its_gate_keep_a_row_for_records_without_a_ke
         .await
         .unwrap();
     assert_eq!(row.checkpoint, Some(last_keyless), "the key-less row");
-    assert_eq!(row_key(&LeaseKey::new(STREAM, parent), "").to_string(), format!("{STREAM}:{parent}:"));
+    assert_eq!(
+        row_key(&LeaseKey::new(STREAM, parent), "").to_string(),
+        format!("{STREAM}:{parent}:")
+    );
 
     // Now the parent is finished for every key, the empty one included: the child runs.
     let late = processor

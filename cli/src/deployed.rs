@@ -52,12 +52,7 @@ async fn describe(
         .function_name(function)
         .send()
         .await
-        .map_err(|error| {
-            format!(
-                "cannot read the function {function}: {}",
-                cause(&error)
-            )
-        })?;
+        .map_err(|error| format!("cannot read the function {function}: {}", cause(&error)))?;
     // Function names are letters, digits, hyphens and underscores: a logical id as they are.
     let id = configuration.function_name().unwrap_or(function).to_owned();
     let mut resources = Map::new();

@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use aws_sdk_dynamodb::Client as DynamoDb;
-use kinesis_checkpoint::aws_error::cause;
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Record, SHARD_END};
 use serde::Serialize;

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::Client as Kinesis;
-use kinesis_checkpoint::aws_error::cause;
 use aws_sdk_kinesis::types::ShardIteratorType;
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, SHARD_END};
 use serde::Serialize;

@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_sdk_dynamodb::Client;
-use kinesis_checkpoint::aws_error::cause;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::{BoxFuture, Handler, Outcome, Record, json};
 use serde::{Deserialize, Serialize};
 

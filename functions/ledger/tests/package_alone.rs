@@ -245,15 +245,15 @@ async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
         .send()
         .await
         .unwrap();
-    assert!(dead.messages().is_empty(), "nothing dead-lettered: {dead:?}");
+    assert!(
+        dead.messages().is_empty(),
+        "nothing dead-lettered: {dead:?}"
+    );
 
     let row = dynamodb
         .get_item()
         .table_name(&leases)
-        .key(
-            "lease_key",
-            AttributeValue::S(format!("{stream}:{shard}")),
-        )
+        .key("lease_key", AttributeValue::S(format!("{stream}:{shard}")))
         .consistent_read(true)
         .send()
         .await
