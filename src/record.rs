@@ -521,7 +521,7 @@ fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen>
             let error = format!("Records[{index}]: a record is not a JSON object");
             return Err(misshapen(index, error));
         };
-        let kinesis = match record.get_mut("kinesis") {
+        let mut kinesis = match record.get_mut("kinesis") {
             None => None,
             Some(Value::Object(kinesis)) => Some(kinesis),
             Some(_) => {
@@ -531,12 +531,11 @@ fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen>
         };
         // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its `String`
         // but reads a missing one as ""): see `Record::partition_key`.
-        let kinesis = kinesis.map(|kinesis| {
-            if kinesis.get("partitionKey").is_some_and(Value::is_null) {
-                kinesis.remove("partitionKey");
-            }
-            kinesis
-        });
+        if let Some(kinesis) = kinesis.as_mut()
+            && kinesis.get("partitionKey").is_some_and(Value::is_null)
+        {
+            kinesis.remove("partitionKey");
+        }
         let timestamp = kinesis.and_then(|kinesis| kinesis.get_mut("approximateArrivalTimestamp"));
         arrivals.push(timestamp.and_then(|timestamp| {
             let micros = arrival_micros(timestamp)?;

@@ -42,7 +42,7 @@ fn lambda_record(shard: &str, sequence: &str, partition_key: Option<Value>) -> V
 }
 
 /// The event `service()` would read from `records`: through `LambdaKinesisEvent`.
-fn read_event(records: Vec<Value>) -> aws_lambda_events::event::kinesis::KinesisEvent {
+fn read_event(records: &[Value]) -> aws_lambda_events::event::kinesis::KinesisEvent {
     let json = json!({ "Records": records }).to_string();
     let LambdaKinesisEvent(event) = serde_json::from_str(&json).expect("the event is read");
     event
@@ -76,7 +76,7 @@ fn sequence(n: u64) -> String {
 #[tokio::test]
 async fn a_missing_or_null_partition_key_reaches_the_handler_as_the_empty_key() {
     let shard = "shardId-000000000000";
-    let event = read_event(vec![
+    let event = read_event(&[
         lambda_record(shard, &sequence(1), None),
         lambda_record(shard, &sequence(2), Some(Value::Null)),
         lambda_record(shard, &sequence(3), Some(json!("customer-3"))),
@@ -119,8 +119,8 @@ async fn records_without_a_partition_key_keep_their_order_among_themselves_under
         .iter()
         .zip(1..)
         .map(|(key, n)| lambda_record(shard, &sequence(n), key.map(|k| json!(k))))
-        .collect();
-    let event = read_event(records);
+        .collect::<Vec<_>>();
+    let event = read_event(&records);
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler()).concurrency(8);
@@ -160,8 +160,8 @@ fn stream_event(
             let key = (!record.partition_key.is_empty()).then(|| json!(record.partition_key));
             lambda_record(shard, &record.sequence, key)
         })
-        .collect();
-    read_event(records)
+        .collect::<Vec<_>>();
+    read_event(&records)
 }
 
 #[tokio::test]

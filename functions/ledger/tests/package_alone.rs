@@ -24,6 +24,8 @@ use common::moto::{Moto, create_lease_table, create_queue, create_table, python,
 use common::{event, lambda_record, root};
 use serde_json::{Value, json};
 
+const SHARD: &str = "shardId-000000000000";
+
 /// The `ledger` executable built the way `make build` builds it, and the features the library
 /// was compiled with for it.
 fn build_alone() -> (PathBuf, Vec<String>) {
@@ -149,6 +151,48 @@ fn n(item: &HashMap<String, AttributeValue>, name: &str) -> i64 {
     item[name].as_n().unwrap().parse().unwrap()
 }
 
+/// An aggregate of ten orders made by AWS's own aggregator (tests/fixtures/kpl), then a plain
+/// order, on shard 0 of `stream`.
+fn aggregate_batch(stream: &str) -> Value {
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/kpl/ten_sub_records.json")).unwrap(),
+    )
+    .unwrap();
+    let mut aggregate = lambda_record(stream, SHARD, 1, "order-0", &json!({}));
+    aggregate["kinesis"]["data"] = fixture["data_base64"].clone();
+    let plain = lambda_record(
+        stream,
+        SHARD,
+        2,
+        "plain",
+        &json!({"order_id": "plain-1", "amount_cents": 7}),
+    );
+    serde_json::to_value(event(&[aggregate, plain])).unwrap()
+}
+
+/// Every order of the ledger: its total and how many records were applied.
+async fn ledger_totals(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    ledger: &str,
+) -> HashMap<String, (i64, i64)> {
+    dynamodb
+        .scan()
+        .table_name(ledger)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .iter()
+        .filter(|item| !s(item, "order_id").starts_with("_attempts:"))
+        .map(|item| {
+            (
+                s(item, "order_id"),
+                (n(item, "total_cents"), n(item, "applied")),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
     let (binary, features) = tokio::task::spawn_blocking(build_alone).await.unwrap();
@@ -173,23 +217,7 @@ async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
         .await
         .unwrap();
 
-    // An aggregate of ten orders made by AWS's own aggregator (tests/fixtures/kpl), then a
-    // plain order.
-    let fixture: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("tests/fixtures/kpl/ten_sub_records.json")).unwrap(),
-    )
-    .unwrap();
-    let shard = "shardId-000000000000";
-    let mut aggregate = lambda_record(&stream, shard, 1, "order-0", &json!({}));
-    aggregate["kinesis"]["data"] = fixture["data_base64"].clone();
-    let plain = lambda_record(
-        &stream,
-        shard,
-        2,
-        "plain",
-        &json!({"order_id": "plain-1", "amount_cents": 7}),
-    );
-    let batch = serde_json::to_value(event(&[aggregate, plain])).unwrap();
+    let batch = aggregate_batch(&stream);
 
     let endpoint = moto.endpoint.clone();
     let local = tokio::task::spawn_blocking(move || {
@@ -216,22 +244,7 @@ async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
     }
 
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
-    let orders: HashMap<String, (i64, i64)> = dynamodb
-        .scan()
-        .table_name(&ledger)
-        .send()
-        .await
-        .unwrap()
-        .items()
-        .iter()
-        .filter(|item| !s(item, "order_id").starts_with("_attempts:"))
-        .map(|item| {
-            (
-                s(item, "order_id"),
-                (n(item, "total_cents"), n(item, "applied")),
-            )
-        })
-        .collect();
+    let orders = ledger_totals(&dynamodb, &ledger).await;
     let mut want: HashMap<String, (i64, i64)> = (0..10)
         .map(|order| (order.to_string(), (50 + 100 * order, 1)))
         .collect();
@@ -253,7 +266,7 @@ async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
     let row = dynamodb
         .get_item()
         .table_name(&leases)
-        .key("lease_key", AttributeValue::S(format!("{stream}:{shard}")))
+        .key("lease_key", AttributeValue::S(format!("{stream}:{SHARD}")))
         .consistent_read(true)
         .send()
         .await
