@@ -101,11 +101,11 @@ lint:
 
 # Needs the registry (crates.io): the dependent resolves afresh, and publish checks the index.
 # The dependent and the packages' verification share target/, so the AWS SDK is compiled once
-# more at most (with the library's own features), not once per check.
+# more at most (with the library's own features), not once per check. `--allow-dirty`: a local
+# run may have uncommitted changes; CI runs on a clean clone.
 publishable:
 	scripts/check-minimum-versions
 	scripts/check-dependent
-	# --allow-dirty: a local run may have uncommitted changes; CI runs on a clean clone.
 	cargo publish --dry-run --allow-dirty -p kinesis-checkpoint -p kinesis-checkpoint-cli
 
 # The figures of BENCHMARKS.md. Criterion's warm-up and measurement times are shortened so the
