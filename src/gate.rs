@@ -760,7 +760,17 @@ mod kinesis {
                 let mut iterator = request
                     .send()
                     .await
-                    .map_err(|e| failed("GetShardIterator", stream, &e))?
+                    .map_err(|e| {
+                        let from = after.map_or_else(
+                            || "at the trim horizon".to_owned(),
+                            |sequence| format!("after {sequence}"),
+                        );
+                        failed(
+                            &format!("GetShardIterator of shard '{shard}' {from}"),
+                            stream,
+                            &e,
+                        )
+                    })?
                     .shard_iterator;
                 for _ in 0..MAX_PAGES {
                     let Some(current) = iterator else {
@@ -773,7 +783,9 @@ mod kinesis {
                         .limit(1)
                         .send()
                         .await
-                        .map_err(|e| failed("GetRecords", stream, &e))?;
+                        .map_err(|e| {
+                            failed(&format!("GetRecords of shard '{shard}'"), stream, &e)
+                        })?;
                     if !page.records().is_empty() {
                         return Ok(false);
                     }
@@ -798,7 +810,9 @@ mod kinesis {
                     .shard_iterator_type(ShardIteratorType::TrimHorizon)
                     .send()
                     .await
-                    .map_err(|e| failed("GetShardIterator", stream, &e))?
+                    .map_err(|e| {
+                        failed(&format!("GetShardIterator of shard '{shard}'"), stream, &e)
+                    })?
                     .shard_iterator;
                 let mut records = Vec::new();
                 let mut empty_pages = 0;
@@ -809,7 +823,9 @@ mod kinesis {
                         .shard_iterator(current)
                         .send()
                         .await
-                        .map_err(|e| failed("GetRecords", stream, &e))?;
+                        .map_err(|e| {
+                            failed(&format!("GetRecords of shard '{shard}'"), stream, &e)
+                        })?;
                     for record in page.records() {
                         let sequence = record.sequence_number().parse().map_err(|e| {
                             format!(

@@ -85,6 +85,29 @@ async fn a_missing_stream_fails_in_one_short_line_naming_the_stream_and_the_code
 }
 
 #[tokio::test]
+async fn a_shard_that_cannot_be_read_fails_in_one_line_naming_shard_and_sequence() {
+    let moto = Moto::shared();
+    let config = moto.sdk_config(1).await;
+    let topology = KinesisTopology::new(&config);
+    let after = common::sequence(41);
+
+    let error = topology
+        .exhausted("no-such-stream", "shardId-000000000003", Some(&after))
+        .await
+        .expect_err("the stream does not exist");
+
+    assert_readable(
+        &error.to_string(),
+        &[
+            &format!(
+                "Kinesis GetShardIterator of shard 'shardId-000000000003' after {after} on stream 'no-such-stream' failed"
+            ),
+            "ResourceNotFoundException",
+        ],
+    );
+}
+
+#[tokio::test]
 async fn a_missing_dead_letter_queue_fails_in_one_short_line_naming_record_queue_and_code() {
     let moto = Moto::shared();
     let config = moto.sdk_config(1).await;
