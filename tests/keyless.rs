@@ -3,14 +3,17 @@
 //! `null` one. Such a record has the empty key `""`, which no producer can write: it is read
 //! and processed like any other, the records without a key keep their order among themselves
 //! under per-key concurrency, and the partition-key mode and its parent gate keep a row for
-//! them (`stream:shard:`). On the embedded store and the in-memory stream.
+//! them (`stream:shard:`). On the embedded store and the in-memory stream; the SDK's side
+//! against a small Kinesis stub on 127.0.0.1, since no emulator writes a record without a key.
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use common::{context, reported};
-use kinesis_checkpoint::gate::{Gate, StartingPosition};
+use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::partition_key::row_key;
 use kinesis_checkpoint::record::LambdaKinesisEvent;
@@ -218,4 +221,74 @@ async fn the_partition_key_mode_and_its_gate_keep_a_row_for_records_without_a_ke
         .unwrap();
     assert!(reported(&late).is_empty(), "{late:?}");
     assert_eq!(seen.take().len(), 1, "the child's record ran");
+}
+
+/// Answers one connection's requests as Kinesis would for a closed shard holding one record
+/// without a partition key: an iterator, then that record and no next iterator.
+fn serve_keyless_shard(stream: TcpStream) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let (mut target, mut length) = (String::new(), 0);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap_or((line, ""));
+            match name.to_ascii_lowercase().as_str() {
+                "x-amz-target" => value.trim().clone_into(&mut target),
+                "content-length" => length = value.trim().parse().unwrap(),
+                _ => {}
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let answer = match target.as_str() {
+            "Kinesis_20131202.GetShardIterator" => json!({ "ShardIterator": "iterator-1" }),
+            "Kinesis_20131202.GetRecords" => json!({
+                "Records": [{
+                    "SequenceNumber": sequence(5),
+                    "Data": "e30=",
+                    "ApproximateArrivalTimestamp": 1_764_512_345.5,
+                }],
+                "MillisBehindLatest": 0,
+            }),
+            other => panic!("the stub serves no {other}"),
+        }
+        .to_string();
+        write!(
+            writer,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_record_the_sdk_reads_without_a_partition_key_has_the_empty_key() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || serve_keyless_shard(stream));
+        }
+    });
+    let config = common::moto::sdk_config(&endpoint, 1).await;
+
+    let records = KinesisTopology::new(&config)
+        .records(STREAM, "shardId-000000000000")
+        .await
+        .expect("the shard is read");
+
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].partition_key(), "");
+    assert_eq!(records[0].sequence().as_str(), sequence(5));
+    assert_eq!(records[0].data(), b"{}");
+    assert_eq!(records[0].shard(), "shardId-000000000000");
 }
