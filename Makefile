@@ -11,6 +11,9 @@
 #   make invoke EVENT=events/batch.json
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors
+#   make publishable  what a user of the published crates gets: every minimum version is the
+#                   tested one, a new crate outside the workspace builds the README's function
+#                   (fresh resolution, default and all features), cargo publish --dry-run
 #   make bench      every benchmark of BENCHMARKS.md: processor overhead, requests per batch,
 #                   peak memory, cold start, arm64 binary size, per-key concurrency, KPL
 
@@ -30,7 +33,7 @@ LEDGER_TABLE ?= kinesis-checkpoint-ledger
 EVENT ?= events/batch.json
 STACK ?= kinesis-checkpoint
 
-.PHONY: all demo soak status doctor test build deploy watch invoke validate lint bench clean venv
+.PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench clean venv
 
 all: build
 
@@ -95,6 +98,15 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+# Needs the registry (crates.io): the dependent resolves afresh, and publish checks the index.
+# The dependent and the packages' verification share target/, so the AWS SDK is compiled once
+# more at most (with the library's own features), not once per check. `--allow-dirty`: a local
+# run may have uncommitted changes; CI runs on a clean clone.
+publishable:
+	scripts/check-minimum-versions
+	scripts/check-dependent
+	cargo publish --dry-run --allow-dirty -p kinesis-checkpoint -p kinesis-checkpoint-cli
 
 # The figures of BENCHMARKS.md. Criterion's warm-up and measurement times are shortened so the
 # whole run takes minutes; the release builds (host and arm64) dominate a cold run.

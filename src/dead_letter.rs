@@ -189,7 +189,6 @@ mod sqs {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use aws_sdk_sqs::Client;
-    use aws_sdk_sqs::error::DisplayErrorContext;
     use aws_sdk_sqs::primitives::DateTime;
     use aws_sdk_sqs::primitives::DateTimeFormat;
     use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
@@ -487,7 +486,7 @@ mod sqs {
                             queue: self.queue_url.clone(),
                             part: index + 1,
                             parts,
-                            detail: DisplayErrorContext(&error).to_string(),
+                            detail: crate::aws_error::cause(&error),
                         })?;
                 }
                 Ok(())
@@ -570,7 +569,7 @@ mod sqs {
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .send()
                 .await
-                .map_err(|error| failed(DisplayErrorContext(&error).to_string()))?;
+                .map_err(|error| failed(crate::aws_error::cause(&error)))?;
             let messages: Vec<_> = received
                 .messages
                 .unwrap_or_default()
@@ -616,7 +615,7 @@ mod sqs {
                             .receipt_handle(receipt)
                             .send()
                             .await
-                            .map_err(|error| failed(DisplayErrorContext(&error).to_string()))?;
+                            .map_err(|error| failed(crate::aws_error::cause(&error)))?;
                     }
                     report.redriven += 1;
                 } else {

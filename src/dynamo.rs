@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -226,14 +226,14 @@ impl DynamoLeaseStore {
 
     fn failed<E, R>(&self, operation: &'static str, key: &str, error: &SdkError<E, R>) -> LeaseError
     where
-        E: std::error::Error + 'static,
-        R: std::fmt::Debug,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
     {
         Box::new(RequestFailed {
             operation,
             table: self.table.clone(),
             key: key.to_owned(),
-            detail: DisplayErrorContext(error).to_string(),
+            detail: crate::aws_error::cause(error),
         })
     }
 

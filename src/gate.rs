@@ -395,7 +395,6 @@ impl Gate {
             .topology
             .records(parent.stream(), parent.shard())
             .await?;
-        #[cfg(feature = "kpl")]
         let records: Vec<Record> = records
             .into_iter()
             .flat_map(|record| match crate::kpl::deaggregate(record) {
@@ -646,7 +645,7 @@ mod kinesis {
     use std::time::Duration;
 
     use aws_sdk_kinesis::Client;
-    use aws_sdk_kinesis::error::DisplayErrorContext;
+    use aws_sdk_kinesis::error::ProvideErrorMetadata;
     use aws_sdk_kinesis::types::ShardIteratorType;
 
     use super::{ShardInfo, Topology, TopologyError};
@@ -690,10 +689,14 @@ mod kinesis {
         }
     }
 
-    fn failed(what: &str, stream: &str, error: &impl std::error::Error) -> TopologyError {
+    fn failed(
+        what: &str,
+        stream: &str,
+        error: &(impl ProvideErrorMetadata + std::error::Error + 'static),
+    ) -> TopologyError {
         format!(
             "Kinesis {what} on stream '{stream}' failed: {}",
-            DisplayErrorContext(error)
+            crate::aws_error::cause(error)
         )
         .into()
     }
@@ -757,7 +760,17 @@ mod kinesis {
                 let mut iterator = request
                     .send()
                     .await
-                    .map_err(|e| failed("GetShardIterator", stream, &e))?
+                    .map_err(|e| {
+                        let from = after.map_or_else(
+                            || "at the trim horizon".to_owned(),
+                            |sequence| format!("after {sequence}"),
+                        );
+                        failed(
+                            &format!("GetShardIterator of shard '{shard}' {from}"),
+                            stream,
+                            &e,
+                        )
+                    })?
                     .shard_iterator;
                 for _ in 0..MAX_PAGES {
                     let Some(current) = iterator else {
@@ -770,7 +783,9 @@ mod kinesis {
                         .limit(1)
                         .send()
                         .await
-                        .map_err(|e| failed("GetRecords", stream, &e))?;
+                        .map_err(|e| {
+                            failed(&format!("GetRecords of shard '{shard}'"), stream, &e)
+                        })?;
                     if !page.records().is_empty() {
                         return Ok(false);
                     }
@@ -795,7 +810,9 @@ mod kinesis {
                     .shard_iterator_type(ShardIteratorType::TrimHorizon)
                     .send()
                     .await
-                    .map_err(|e| failed("GetShardIterator", stream, &e))?
+                    .map_err(|e| {
+                        failed(&format!("GetShardIterator of shard '{shard}'"), stream, &e)
+                    })?
                     .shard_iterator;
                 let mut records = Vec::new();
                 let mut empty_pages = 0;
@@ -806,7 +823,9 @@ mod kinesis {
                         .shard_iterator(current)
                         .send()
                         .await
-                        .map_err(|e| failed("GetRecords", stream, &e))?;
+                        .map_err(|e| {
+                            failed(&format!("GetRecords of shard '{shard}'"), stream, &e)
+                        })?;
                     for record in page.records() {
                         let sequence = record.sequence_number().parse().map_err(|e| {
                             format!(
@@ -816,7 +835,9 @@ mod kinesis {
                         records.push(Record::new(
                             key.clone(),
                             sequence,
-                            record.partition_key(),
+                            // No key (on-demand streams may omit it): the empty key, as in
+                            // `Record::partition_key`.
+                            record.partition_key().unwrap_or_default(),
                             record.data().as_ref().to_vec(),
                         ));
                     }

@@ -25,11 +25,12 @@
 //! |---|---|
 //! | [`sequence`] | sequence numbers and the extended order checkpoints compare in |
 //! | [`record`] | the record a handler sees, parsed out of Lambda's event |
-//! | `kpl` | KPL aggregates unpacked into their user records: [`deaggregate`] (feature `kpl`) |
+//! | [`kpl`] | KPL aggregates unpacked into their user records: [`deaggregate`] (always built) |
 //! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
 //! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
 //! | [`memory`] | [`MemoryLeaseStore`], the embedded store |
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
+//! | `aws_error` | an AWS SDK error as one short line: the service's code and message (features `dynamodb`, `kinesis`, `sqs`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
 //! | [`keyed`] | per-key concurrency within one invocation |
@@ -57,14 +58,16 @@
 //!     lambda_runtime::run(Processor::new(leases, handle).service()).await
 //! }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
+pub mod aws_error;
 pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 pub mod gate;
 pub mod handler;
 pub mod keyed;
-#[cfg(feature = "kpl")]
 pub mod kpl;
 pub mod lease;
 #[cfg(feature = "local")]
@@ -84,7 +87,6 @@ pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
-#[cfg(feature = "kpl")]
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,

@@ -87,7 +87,6 @@ pub struct Processor<H> {
     handler: Arc<H>,
     dead_letters: Option<Arc<dyn DeadLetterSink>>,
     gate: Option<Arc<Gate>>,
-    #[cfg(feature = "kpl")]
     deaggregate: bool,
     max_attempts: u32,
     lease_ttl: Duration,
@@ -107,7 +106,6 @@ impl<H> Clone for Processor<H> {
             handler: Arc::clone(&self.handler),
             dead_letters: self.dead_letters.clone(),
             gate: self.gate.clone(),
-            #[cfg(feature = "kpl")]
             deaggregate: self.deaggregate,
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
@@ -380,7 +378,6 @@ impl<H: Handler> Processor<H> {
             handler: Arc::new(handler),
             dead_letters: None,
             gate: None,
-            #[cfg(feature = "kpl")]
             deaggregate: true,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
@@ -466,7 +463,6 @@ impl<H: Handler> Processor<H> {
     /// let raw = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
     ///     .deaggregate(false);
     /// ```
-    #[cfg(feature = "kpl")]
     #[must_use]
     pub const fn deaggregate(mut self, on: bool) -> Self {
         self.deaggregate = on;
@@ -718,9 +714,7 @@ impl<H: Handler> Processor<H> {
             time_left_ms = invocation.time_left().map(|left| left.as_millis()),
             "batch received"
         );
-        #[cfg_attr(not(feature = "kpl"), allow(unused_mut))]
         let (mut groups, orphans, unreportable) = group(parse_event(&mut event));
-        #[cfg(feature = "kpl")]
         if self.deaggregate {
             for group in &mut groups {
                 group.entries = deaggregate(std::mem::take(&mut group.entries));
@@ -1085,7 +1079,6 @@ impl<H: Handler> Processor<H> {
                     "an earlier record of the batch cannot be processed".to_owned(),
                 ));
             }
-            #[cfg(feature = "kpl")]
             Entry::Undecodable(error) => {
                 let reason = StopReason::Rejected(error.to_string());
                 return self.failed(error.record(), reason, true, failing).await;
@@ -1434,7 +1427,6 @@ pub(crate) enum Entry {
     AfterMalformed(Record),
     /// A KPL aggregate whose MD5 matches but whose contents cannot be read: a poison record,
     /// dead-lettered whole.
-    #[cfg(feature = "kpl")]
     Undecodable(crate::kpl::KplError),
 }
 
@@ -1444,7 +1436,6 @@ impl Entry {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => Some(record.key()),
             Self::Malformed(..) => None,
-            #[cfg(feature = "kpl")]
             Self::Undecodable(error) => Some(error.record().key()),
         }
     }
@@ -1455,7 +1446,6 @@ impl Entry {
         match self {
             Self::Record(record) => Some(record.partition_key()),
             Self::Malformed(..) | Self::AfterMalformed(_) => None,
-            #[cfg(feature = "kpl")]
             Self::Undecodable(error) => Some(error.record().partition_key()),
         }
     }
@@ -1464,7 +1454,6 @@ impl Entry {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
             Self::Malformed(_, sequence) => sequence,
-            #[cfg(feature = "kpl")]
             Self::Undecodable(error) => error.record().sequence(),
         }
     }
@@ -1476,7 +1465,6 @@ impl Entry {
                 cmp_record(record.sequence(), record.sub_sequence(), other)
             }
             Self::Malformed(_, sequence) => cmp_record(sequence, None, other),
-            #[cfg(feature = "kpl")]
             Self::Undecodable(error) => {
                 let record = error.record();
                 cmp_record(record.sequence(), record.sub_sequence(), other)
@@ -1488,7 +1476,6 @@ impl Entry {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.position(),
             Self::Malformed(_, sequence) => Position::record(sequence.clone()),
-            #[cfg(feature = "kpl")]
             Self::Undecodable(error) => error.record().position(),
         }
     }
@@ -1496,7 +1483,6 @@ impl Entry {
 
 /// Replaces every KPL aggregate among `entries` by its sub-records, in order; an aggregate that
 /// cannot be read becomes [`Entry::Undecodable`]. Plain records pass through untouched.
-#[cfg(feature = "kpl")]
 fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
     let aggregate = |entry: &Entry| match entry {
         Entry::Record(record) => crate::kpl::is_aggregate(record.data()),

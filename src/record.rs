@@ -211,6 +211,17 @@ impl Record {
 
     /// The partition key the producer chose; records of one key are in order.
     ///
+    /// A record that comes without a partition key has the empty key `""`: Kinesis may leave
+    /// it out (the SDK's `Record::partition_key` is an `Option`, for on-demand streams), and
+    /// Lambda's event then has no `partitionKey`, or a `null` one. No producer can write the
+    /// empty key (`PutRecord` requires 1 to 256 characters), so it never mixes with a real
+    /// one. Per-key logic treats it as one more key: under [`Processor::concurrency`] the
+    /// records without a key run in order among themselves, in the
+    /// [partition-key mode](crate::partition_key) they share the row `stream:shard:` (the key
+    /// after the last `:` is empty), and the parent gate reads that row for them.
+    ///
+    /// [`Processor::concurrency`]: crate::Processor::concurrency
+    ///
     /// ```
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
@@ -510,7 +521,7 @@ fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen>
             let error = format!("Records[{index}]: a record is not a JSON object");
             return Err(misshapen(index, error));
         };
-        let kinesis = match record.get_mut("kinesis") {
+        let mut kinesis = match record.get_mut("kinesis") {
             None => None,
             Some(Value::Object(kinesis)) => Some(kinesis),
             Some(_) => {
@@ -518,6 +529,13 @@ fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen>
                 return Err(misshapen(index, error));
             }
         };
+        // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its `String`
+        // but reads a missing one as ""): see `Record::partition_key`.
+        if let Some(kinesis) = kinesis.as_mut()
+            && kinesis.get("partitionKey").is_some_and(Value::is_null)
+        {
+            kinesis.remove("partitionKey");
+        }
         let timestamp = kinesis.and_then(|kinesis| kinesis.get_mut("approximateArrivalTimestamp"));
         arrivals.push(timestamp.and_then(|timestamp| {
             let micros = arrival_micros(timestamp)?;

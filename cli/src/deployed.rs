@@ -5,7 +5,7 @@
 //! and attached policies (IAM API), lays them out as the template they would come from, and
 //! runs [`doctor::check_template`] on it: one set of checks, two sources.
 
-use aws_sdk_iam::error::DisplayErrorContext;
+use kinesis_checkpoint::aws_error::cause;
 use serde_json::{Map, Value, json};
 
 use crate::Error;
@@ -52,12 +52,7 @@ async fn describe(
         .function_name(function)
         .send()
         .await
-        .map_err(|error| {
-            format!(
-                "cannot read the function {function}: {}",
-                DisplayErrorContext(&error)
-            )
-        })?;
+        .map_err(|error| format!("cannot read the function {function}: {}", cause(&error)))?;
     // Function names are letters, digits, hyphens and underscores: a logical id as they are.
     let id = configuration.function_name().unwrap_or(function).to_owned();
     let mut resources = Map::new();
@@ -72,7 +67,7 @@ async fn describe(
             .map_err(|error| {
                 format!(
                     "cannot list the event source mappings of {function}: {}",
-                    DisplayErrorContext(&error)
+                    cause(&error)
                 )
             })?;
         for mapping in page.event_source_mappings() {
@@ -239,8 +234,11 @@ async fn role_policies(config: &aws_config::SdkConfig, role_arn: &str) -> Result
 }
 
 /// An IAM request's error, named by the request.
-fn failed(request: &str, error: &impl std::error::Error) -> Error {
-    format!("{request}: {}", DisplayErrorContext(error)).into()
+fn failed(
+    request: &str,
+    error: &(impl aws_sdk_iam::error::ProvideErrorMetadata + std::error::Error + 'static),
+) -> Error {
+    format!("{request}: {}", cause(error)).into()
 }
 
 /// A policy document as IAM returns it: JSON, percent-encoded.

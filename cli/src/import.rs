@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use aws_sdk_dynamodb::Client as DynamoDb;
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Record, SHARD_END};
 use serde::Serialize;
@@ -139,7 +139,7 @@ pub async fn kcl_plan(
             .map_err(|error| {
                 format!(
                     "DynamoDB Scan of the KCL lease table '{kcl_table}' failed: {}",
-                    DisplayErrorContext(&error)
+                    cause(&error)
                 )
             })?;
         items.extend(page.items().iter().cloned());
@@ -284,7 +284,7 @@ async fn user_records(
         .starting_sequence_number(sequence.as_str())
         .send()
         .await
-        .map_err(|e| failed("GetShardIterator", DisplayErrorContext(&e).to_string()))?
+        .map_err(|e| failed("GetShardIterator", cause(&e)))?
         .shard_iterator
         .ok_or_else(|| failed("GetShardIterator", "no iterator".to_owned()))?;
     let page = kinesis
@@ -293,7 +293,7 @@ async fn user_records(
         .limit(1)
         .send()
         .await
-        .map_err(|e| failed("GetRecords", DisplayErrorContext(&e).to_string()))?;
+        .map_err(|e| failed("GetRecords", cause(&e)))?;
     let Some(found) = page
         .records()
         .first()
@@ -311,7 +311,7 @@ async fn user_records(
     let record = Record::new(
         key.clone(),
         sequence.clone(),
-        found.partition_key(),
+        found.partition_key().unwrap_or_default(),
         data.to_vec(),
     );
     Ok(kinesis_checkpoint::deaggregate(record)

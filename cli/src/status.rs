@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::Client as Kinesis;
-use aws_sdk_kinesis::error::DisplayErrorContext;
 use aws_sdk_kinesis::types::ShardIteratorType;
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, SHARD_END};
 use serde::Serialize;
@@ -216,7 +216,7 @@ async fn list_shards(kinesis: &Kinesis, stream: &str) -> Result<Vec<String>, Err
         let page = request.send().await.map_err(|error| {
             format!(
                 "Kinesis ListShards on stream '{stream}' failed: {}",
-                DisplayErrorContext(&error)
+                cause(&error)
             )
         })?;
         ids.extend(page.shards().iter().map(|s| s.shard_id().to_owned()));
@@ -258,7 +258,7 @@ async fn behind(
     let mut iterator = request
         .send()
         .await
-        .map_err(|e| failed("GetShardIterator", DisplayErrorContext(&e).to_string()))?
+        .map_err(|e| failed("GetShardIterator", cause(&e)))?
         .shard_iterator;
     let mut behind = Behind {
         records: 0,
@@ -275,7 +275,7 @@ async fn behind(
             .limit(i32::try_from(MAX_COUNTED - behind.records).unwrap_or(i32::MAX))
             .send()
             .await
-            .map_err(|e| failed("GetRecords", DisplayErrorContext(&e).to_string()))?;
+            .map_err(|e| failed("GetRecords", cause(&e)))?;
         if behind.oldest_age_ms.is_none()
             && let Some(first) = page.records().first()
             && let Some(arrival) = first.approximate_arrival_timestamp()

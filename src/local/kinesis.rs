@@ -3,7 +3,7 @@
 //! event source mapping reads it.
 
 use aws_sdk_kinesis::Client;
-use aws_sdk_kinesis::error::DisplayErrorContext;
+use aws_sdk_kinesis::error::ProvideErrorMetadata;
 use aws_sdk_kinesis::types::ShardIteratorType;
 
 use super::stream::{ShardRead, Shards, StreamError, StreamRecord};
@@ -68,10 +68,14 @@ impl KinesisStream {
     }
 }
 
-fn failed(what: &str, stream: &str, error: &impl std::error::Error) -> StreamError {
+fn failed(
+    what: &str,
+    stream: &str,
+    error: &(impl ProvideErrorMetadata + std::error::Error + 'static),
+) -> StreamError {
     format!(
         "Kinesis {what} on stream '{stream}' failed: {}",
-        DisplayErrorContext(error)
+        crate::aws_error::cause(error)
     )
     .into()
 }
@@ -128,7 +132,7 @@ impl Shards for KinesisStream {
                 read.records.extend(page.records().iter().map(|r| {
                     StreamRecord {
                         sequence: r.sequence_number().to_owned(),
-                        partition_key: r.partition_key().to_owned(),
+                        partition_key: r.partition_key().unwrap_or_default().to_owned(),
                         data: bytes::Bytes::copy_from_slice(r.data().as_ref()),
                         arrival_millis: r
                             .approximate_arrival_timestamp()

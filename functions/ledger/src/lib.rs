@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::{BoxFuture, Handler, Outcome, Record, json};
 use serde::{Deserialize, Serialize};
 
@@ -195,10 +195,13 @@ impl DynamoBook {
         }
     }
 
-    fn failed(&self, error: &impl std::error::Error) -> BookError {
+    fn failed(
+        &self,
+        error: &(impl aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static),
+    ) -> BookError {
         BookError {
             table: self.table.clone(),
-            detail: DisplayErrorContext(error).to_string(),
+            detail: cause(error),
         }
     }
 }
