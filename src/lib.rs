@@ -87,7 +87,7 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 #[cfg(feature = "kpl")]
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
     LeaseState, LeaseStore, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;

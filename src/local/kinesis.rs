@@ -128,7 +128,8 @@ impl Shards for KinesisStream {
                 read.records.extend(page.records().iter().map(|r| {
                     StreamRecord {
                         sequence: r.sequence_number().to_owned(),
-                        partition_key: r.partition_key().to_owned(),
+                        // Optional in the SDK's model (1.123 on); Kinesis always sends one.
+                        partition_key: r.partition_key().unwrap_or_default().to_owned(),
                         data: bytes::Bytes::copy_from_slice(r.data().as_ref()),
                         arrival_millis: r
                             .approximate_arrival_timestamp()
