@@ -146,6 +146,12 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
         Some(aggregate.as_str())
     );
     assert_eq!(first.checkpoint, Some(inside(&aggregate, 3)));
+    let held = process(&processor, event_of(&stream, &child, None), "r2").await;
+    assert!(
+        matches!(held.stopped, Some((_, StopReason::Held(_)))),
+        "the child runs only after sub-records 4 to 9: {:?}",
+        held.stopped
+    );
     let row = store.read(&parent).await.unwrap();
     assert_eq!(
         (
@@ -180,12 +186,6 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
     );
     assert_eq!((row.lease_owner.as_deref(), row.expires_at), (None, None));
 
-    let held = process(&processor, event_of(&stream, &child, None), "r2").await;
-    assert!(
-        matches!(held.stopped, Some((_, StopReason::Held(_)))),
-        "the child runs only after sub-records 4 to 9: {:?}",
-        held.stopped
-    );
     assert_eq!(
         store.read(&parent).await.unwrap().checkpoint.as_deref(),
         Some(plain.as_str())
