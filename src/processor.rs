@@ -447,8 +447,9 @@ impl<H: Handler> Processor<H> {
 
     /// Whether KPL aggregates are unpacked into their user records (on by default). Each
     /// sub-record reaches the handler on its own, with its sub-sequence number, and the
-    /// checkpoint can stop inside an aggregate (`checkpoint_sub`), so a redelivery skips the
-    /// sub-records already done. Turn it off only for a consumer that wants the raw aggregates.
+    /// checkpoint can stop inside an aggregate (kept beside it, in `aggregate_sequence` and
+    /// `aggregate_sub`), so a redelivery skips the sub-records already done; an aggregate whose
+    /// last sub-record is done is checkpointed whole. Turn it off only for a consumer that wants the raw aggregates.
     ///
     /// ```
     /// # use std::sync::Arc;

@@ -403,9 +403,16 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
     println!("{said}");
     assert!(said.contains("imported 1 checkpoints; kept 1"), "{said}");
     let copied = store.row(&LeaseKey::new("orders", SHARD)).await.unwrap();
+    // A position inside an aggregate names no record done whole: it is the aggregate's
+    // progress, with no `checkpoint`.
     assert_eq!(
-        (copied.checkpoint, copied.checkpoint_sub),
-        (Some(common::sequence(10)), Some(2))
+        (
+            copied.checkpoint,
+            copied.aggregate_sequence,
+            copied.aggregate_sub,
+            copied.checkpoint_sub
+        ),
+        (None, Some(common::sequence(10)), Some(2), None)
     );
     assert_eq!(
         store.row(&newer).await.unwrap().checkpoint,
@@ -514,8 +521,12 @@ async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards
     };
     let plain = row(SHARD).await;
     assert_eq!(
-        (plain.checkpoint, plain.checkpoint_sub),
-        (Some(common::sequence(7)), Some(0)),
+        (
+            plain.checkpoint,
+            plain.aggregate_sequence,
+            plain.aggregate_sub
+        ),
+        (None, Some(common::sequence(7)), Some(0)),
         "offline, sub-sequence 0 stays inside the record: never a skip"
     );
     assert_eq!(
@@ -529,7 +540,7 @@ async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards
     );
     let child = row("shardId-000000000003").await;
     assert_eq!(
-        (child.checkpoint_sub, child.parent_shards),
+        (child.aggregate_sub, child.parent_shards),
         (Some(4), vec!["shardId-000000000001".to_owned()])
     );
     assert_eq!(
