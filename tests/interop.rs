@@ -8,23 +8,19 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use base64::Engine;
-use common::context;
+use common::aggregates::{Ran, STREAM, event_of, noting, process, ten_sub_records};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::{
-    Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, Mode, Outcome, Position, Processor,
-    Record, SHARD_END, ShardReport,
+    Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, Mode, Position, Processor, SHARD_END,
 };
 use ruststream_kinesis::LeaseStore as _;
-use serde_json::{Value, json};
 
-const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";
 const TTL: Duration = Duration::from_mins(1);
 
@@ -89,80 +85,6 @@ fn seed_key(shard: &str) -> ruststream_kinesis::LeaseKey {
 
 fn key(shard: &str) -> LeaseKey {
     LeaseKey::new(STREAM, shard)
-}
-
-/// The Lambda event of `shard`'s records of `stream` from the one at `from` on.
-fn event_of(stream: &MemoryStream, shard: &str, from: Option<&str>) -> Value {
-    let records: Vec<Value> = stream
-        .records(shard)
-        .into_iter()
-        .filter(|r| from.is_none_or(|from| r.sequence.as_str() >= from))
-        .map(|r| {
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": r.partition_key,
-                    "sequenceNumber": r.sequence,
-                    "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
-                    "approximateArrivalTimestamp": 1_764_512_345.5,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("{shard}:{}", r.sequence),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/test",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": format!("arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"),
-            })
-        })
-        .collect();
-    json!({ "Records": records })
-}
-
-/// What the toolkit's handler ran: `sequence` or `sequence/sub`, in order.
-type Ran = Arc<Mutex<Vec<String>>>;
-
-/// A handler that notes what it runs and asks, once, for a retry of sub-record `fail`.
-fn noting(ran: &Ran, fail: Option<u64>) -> impl kinesis_checkpoint::Handler {
-    let ran = ran.clone();
-    let failed = Arc::new(Mutex::new(false));
-    move |record: Record| {
-        let mut failed = failed.lock().unwrap();
-        let outcome = if fail.is_some() && record.sub_sequence() == fail && !*failed {
-            *failed = true;
-            Outcome::retry("the ledger is busy")
-        } else {
-            ran.lock().unwrap().push(record.position().to_string());
-            Outcome::ack()
-        };
-        std::future::ready(outcome)
-    }
-}
-
-async fn process(
-    processor: &Processor<impl kinesis_checkpoint::Handler>,
-    event: Value,
-    request: &str,
-) -> ShardReport {
-    let event = serde_json::from_value(event).unwrap();
-    processor
-        .process_batch(event, &context(request, 60_000))
-        .await
-        .unwrap()
-        .shards
-        .remove(0)
-}
-
-fn ten_sub_records() -> (String, Vec<u8>) {
-    let path = common::root().join("tests/fixtures/kpl/ten_sub_records.json");
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let data = base64::engine::general_purpose::STANDARD
-        .decode(fixture["data_base64"].as_str().unwrap())
-        .unwrap();
-    (
-        fixture["outer_partition_key"].as_str().unwrap().to_owned(),
-        data,
-    )
 }
 
 #[tokio::test]
@@ -384,7 +306,7 @@ async fn shard_end_is_honoured_both_ways() {
     let _grandchildren = stream.split(&child);
     let grandchild = stream.shard_of("a");
     stream.put("a", "in the grandchild");
-    assert_eq!(stream.parents(&grandchild), [child.clone()]);
+    assert_eq!(stream.parents(&grandchild), [child.as_str()]);
     let processor =
         Processor::new(Arc::new(table.toolkit.clone()), noting(&ran, None)).gate(gate());
     let runs = process(&processor, event_of(&stream, &grandchild, None), "r2").await;

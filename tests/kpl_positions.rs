@@ -2,128 +2,65 @@
 //! names a record done whole, the progress inside the next aggregate is kept beside it
 //! (`aggregate_sequence`, `aggregate_sub`) and believed only above `checkpoint`, a parent is
 //! exhausted only when nothing is left undone at its checkpoint, and rows of the 0.1.0 form
-//! (`checkpoint_sub`) are read as they meant it. Also: a store with the seed crate's five
-//! methods only, through every provided default.
+//! (`checkpoint_sub`) are read as they meant it. `five_methods.rs` runs the same through a
+//! store with the seed crate's five methods only; `interop.rs` beside the seed crate itself.
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use base64::Engine;
-use common::context;
+use common::aggregates::{
+    PARENT, Ran, STREAM, event_of, inside, noting, process, split_after_an_aggregate,
+    ten_sub_records, whole,
+};
 use common::faults::{Faulty, FiveMethods};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::{
-    Below, Claim, Commit, DynamoLeaseStore, FailingChange, FailingRecord, KeyCommit, LeaseKey,
-    LeaseState, LeaseStore, MemoryLeaseStore, Mode, Outcome, Position, Processor, Record,
-    StopReason,
+    Below, Commit, DynamoLeaseStore, FailingChange, FailingRecord, LeaseKey, LeaseState,
+    LeaseStore, MemoryLeaseStore, Position, Processor, StopReason,
 };
-use serde_json::{Value, json};
 
-const STREAM: &str = "orders";
-const PARENT: &str = "shardId-000000000000";
 const TTL: Duration = Duration::from_mins(1);
 
-/// The ten sub-records of the fixture `aws-kinesis-agg` made: the KPL aggregate's bytes.
-fn ten_sub_records() -> (String, Vec<u8>) {
-    let path = common::root().join("tests/fixtures/kpl/ten_sub_records.json");
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let data = base64::engine::general_purpose::STANDARD
-        .decode(fixture["data_base64"].as_str().unwrap())
-        .unwrap();
-    (
-        fixture["outer_partition_key"].as_str().unwrap().to_owned(),
-        data,
-    )
-}
-
-/// The Lambda event of `shard`'s records of `stream`, from the one at `from` on.
-fn event_of(stream: &MemoryStream, shard: &str, from: Option<&str>) -> Value {
-    let records: Vec<Value> = stream
-        .records(shard)
-        .into_iter()
-        .filter(|r| {
-            from.is_none_or(|from| r.sequence.len() > from.len() || r.sequence.as_str() >= from)
-        })
-        .map(|r| {
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": r.partition_key,
-                    "sequenceNumber": r.sequence,
-                    "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
-                    "approximateArrivalTimestamp": 1_764_512_345.5,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("{shard}:{}", r.sequence),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/test",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": format!("arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"),
-            })
-        })
-        .collect();
-    json!({ "Records": records })
-}
-
-/// What the handler ran: `sequence` or `sequence/sub`, in order.
-type Ran = Arc<Mutex<Vec<String>>>;
-
-/// A handler that notes each record it runs and asks, once, for a retry of sub-record `fail`.
-fn noting(ran: &Ran, fail: Option<u64>) -> impl kinesis_checkpoint::Handler {
-    let ran = ran.clone();
-    let failed = Arc::new(Mutex::new(false));
-    move |record: Record| {
-        let mut failed = failed.lock().unwrap();
-        let outcome = if fail.is_some() && record.sub_sequence() == fail && !*failed {
-            *failed = true;
-            Outcome::retry("the ledger is busy")
-        } else {
-            ran.lock().unwrap().push(record.position().to_string());
-            Outcome::ack()
-        };
-        std::future::ready(outcome)
-    }
-}
-
-/// A stream whose one shard holds a plain record then a KPL aggregate of ten sub-records, and
-/// was then split; a record was written to a child. Returns the stream, the plain record's and
-/// the aggregate's sequence numbers, and the child with its record.
-fn split_after_an_aggregate() -> (MemoryStream, String, String, String) {
-    let stream = MemoryStream::new(STREAM, 1);
-    let plain = stream.put("plain", "before");
-    let (outer_key, aggregate) = ten_sub_records();
-    let aggregate_sequence = stream.put(&outer_key, aggregate);
-    let _children = stream.split(PARENT);
-    let child = stream.shard_of("after");
-    stream.put("after", "in the child");
-    (stream, plain, aggregate_sequence, child)
-}
-
-async fn process(
-    processor: &Processor<impl kinesis_checkpoint::Handler>,
-    event: Value,
-    request: &str,
-) -> kinesis_checkpoint::ShardReport {
-    let event = serde_json::from_value(event).unwrap();
-    let report = processor
-        .process_batch(event, &context(request, 60_000))
-        .await
-        .unwrap();
-    report.shards.into_iter().next().unwrap()
-}
-
-fn whole(sequence: &str) -> Position {
-    Position::record(sequence.parse().unwrap())
-}
-
-fn inside(sequence: &str, sub: u64) -> Position {
-    Position::sub_record(sequence.parse().unwrap(), sub)
+/// The parent's row after sub-record 4 of its aggregate was retried.
+async fn assert_stopped_inside_the_aggregate<S: LeaseStore>(
+    store: &S,
+    plain: &str,
+    aggregate: &str,
+) {
+    let parent = LeaseKey::new(STREAM, PARENT);
+    let row = store.read(&parent).await.unwrap();
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence.as_deref(),
+            row.aggregate_sub,
+            row.checkpoint_sub
+        ),
+        (Some(plain), Some(aggregate), Some(3), None),
+        "`checkpoint` names the plain record, done whole; the aggregate's progress is beside it"
+    );
+    let failing = row
+        .failing
+        .as_ref()
+        .expect("the retried sub-record is remembered");
+    assert_eq!(
+        (
+            failing.sequence.as_str(),
+            failing.sub_sequence,
+            failing.attempts
+        ),
+        (aggregate, Some(4), 1)
+    );
+    assert!(
+        failing.last_error.contains("the ledger is busy"),
+        "{failing:?}"
+    );
+    assert_eq!((row.lease_owner.as_deref(), row.expires_at), (None, None));
 }
 
 /// Item 1 of issue 14, through the fault wrapper so that its forwarding is tested too: the
@@ -152,39 +89,7 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
         "the child runs only after sub-records 4 to 9: {:?}",
         held.stopped
     );
-    let row = store.read(&parent).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.aggregate_sequence.as_deref(),
-            row.aggregate_sub,
-            row.checkpoint_sub
-        ),
-        (
-            Some(plain.as_str()),
-            Some(aggregate.as_str()),
-            Some(3),
-            None
-        ),
-        "`checkpoint` names the plain record, done whole; the aggregate's progress is beside it"
-    );
-    let failing = row
-        .failing
-        .as_ref()
-        .expect("the retried sub-record is remembered");
-    assert_eq!(
-        (
-            failing.sequence.as_str(),
-            failing.sub_sequence,
-            failing.attempts
-        ),
-        (aggregate.as_str(), Some(4), 1)
-    );
-    assert!(
-        failing.last_error.contains("the ledger is busy"),
-        "{failing:?}"
-    );
-    assert_eq!((row.lease_owner.as_deref(), row.expires_at), (None, None));
+    assert_stopped_inside_the_aggregate(store.as_ref(), &plain, &aggregate).await;
 
     assert_eq!(
         store.read(&parent).await.unwrap().checkpoint.as_deref(),
@@ -508,249 +413,6 @@ async fn a_seed_style_writer_sees_only_whole_records_and_leaves_no_stale_positio
         expected,
         "nothing the seed consumer did runs again here"
     );
-}
-
-/// Item 6 of issue 14: a store with the seed crate's five methods only.
-#[tokio::test]
-async fn with_the_five_seed_methods_a_batch_ending_in_an_aggregate_is_checkpointed_whole() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let stream = MemoryStream::new(STREAM, 1);
-    let plain = stream.put("plain", "before");
-    let (outer_key, aggregate_bytes) = ten_sub_records();
-    let aggregate = stream.put(&outer_key, aggregate_bytes);
-    let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None));
-    let key = LeaseKey::new(STREAM, PARENT);
-
-    let first = process(&processor, event_of(&stream, PARENT, None), "r1").await;
-    assert_eq!(first.checkpoint, Some(whole(&aggregate)));
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (row.checkpoint.as_deref(), row.lease_owner),
-        (Some(aggregate.as_str()), None)
-    );
-    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
-    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 11);
-    assert_eq!(
-        ran.lock().unwrap().len(),
-        11,
-        "{plain} and ten sub-records, once"
-    );
-}
-
-#[tokio::test]
-async fn with_the_five_seed_methods_a_batch_stopping_inside_an_aggregate_checkpoints_the_record_before_it()
- {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let stream = MemoryStream::new(STREAM, 1);
-    let plain = stream.put("plain", "before");
-    let (outer_key, aggregate_bytes) = ten_sub_records();
-    let aggregate = stream.put(&outer_key, aggregate_bytes);
-    let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4)));
-    let key = LeaseKey::new(STREAM, PARENT);
-
-    process(&processor, event_of(&stream, PARENT, None), "r1").await;
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.aggregate_sequence,
-            row.lease_owner
-        ),
-        (Some(plain.as_str()), None, None),
-        "the record before the aggregate; the five methods cannot keep the aggregate's progress"
-    );
-    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
-    assert_eq!(again.stopped, None);
-    assert_eq!(
-        memory.read(&key).await.unwrap().checkpoint.as_deref(),
-        Some(aggregate.as_str())
-    );
-    // The documented duplicate: sub-records 0 to 3 ran before the redelivery and again.
-    let ran = ran.lock().unwrap();
-    assert_eq!(ran.iter().filter(|r| **r == plain).count(), 1);
-    assert_eq!(ran.len(), 1 + 4 + 10);
-}
-
-#[tokio::test]
-async fn with_the_five_seed_methods_a_parent_ending_in_an_aggregate_lets_its_child_run() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let (stream, _plain, aggregate, child) = split_after_an_aggregate();
-    let ran = Ran::default();
-    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
-    let processor =
-        Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4))).gate(gate);
-
-    process(&processor, event_of(&stream, PARENT, None), "r1").await;
-    let held = process(&processor, event_of(&stream, &child, None), "r2").await;
-    assert!(matches!(held.stopped, Some((_, StopReason::Held(_)))));
-    process(
-        &processor,
-        event_of(&stream, PARENT, Some(&aggregate)),
-        "r3",
-    )
-    .await;
-    let runs = process(&processor, event_of(&stream, &child, None), "r4").await;
-    assert_eq!(runs.stopped, None, "not held until the parent expires");
-    let parent = memory.read(&LeaseKey::new(STREAM, PARENT)).await.unwrap();
-    assert_eq!(
-        (parent.checkpoint.as_deref(), parent.lease_owner),
-        (Some(kinesis_checkpoint::SHARD_END), None)
-    );
-}
-
-#[tokio::test]
-async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_whole() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let stream = MemoryStream::new(STREAM, 1);
-    let (outer_key, aggregate_bytes) = ten_sub_records();
-    let aggregate = stream.put(&outer_key, aggregate_bytes);
-    let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None))
-        .mode(Mode::PartitionKey);
-
-    process(&processor, event_of(&stream, PARENT, None), "r1").await;
-    let shard = LeaseKey::new(STREAM, PARENT);
-    for sub in 0..10 {
-        let row = memory
-            .read(&kinesis_checkpoint::partition_key::row_key(
-                &shard,
-                &format!("order-{sub}"),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(
-            (
-                row.checkpoint.as_deref(),
-                row.aggregate_sequence,
-                row.lease_owner
-            ),
-            (Some(aggregate.as_str()), None, None),
-            "each key's one sub-record is its whole part of the aggregate"
-        );
-    }
-    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
-    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 10);
-    assert_eq!(ran.lock().unwrap().len(), 10);
-}
-
-/// Each provided method's default, on a store with the five seed methods only.
-#[tokio::test]
-async fn every_provided_default_works_on_the_five_seed_methods() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let store = FiveMethods(memory.clone());
-    let key = LeaseKey::new(STREAM, PARENT);
-    let (p, s) = ("4900000001", "4900000002");
-
-    let Claim::Acquired(state) = store.acquire_and_read(&key, "a", TTL).await.unwrap() else {
-        panic!("free");
-    };
-    assert_eq!(state.lease_owner.as_deref(), Some("a"));
-    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
-        panic!("a holds it");
-    };
-    assert_eq!(held.lease_owner.as_deref(), Some("a"));
-
-    assert!(
-        store
-            .checkpoint_position(&key, "a", &whole(p))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint_position(&key, "a", &inside(s, 3))
-            .await
-            .unwrap(),
-        "a position inside an aggregate renews only"
-    );
-    assert!(
-        !store
-            .checkpoint_position(&key, "b", &whole(s))
-            .await
-            .unwrap(),
-        "b is fenced"
-    );
-    assert_eq!(
-        memory.read(&key).await.unwrap().checkpoint.as_deref(),
-        Some(p)
-    );
-
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(inside(s, 5));
-    commit.below = Below::Record(p.parse().unwrap());
-    assert!(store.acquire(&key, "a", TTL).await.unwrap());
-    assert!(store.commit(&key, "a", &commit).await.unwrap());
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (row.checkpoint.as_deref(), row.lease_owner),
-        (Some(p), None),
-        "released"
-    );
-    assert!(
-        !store.commit(&key, "a", &commit).await.unwrap(),
-        "no longer a's"
-    );
-
-    assert!(store.acquire(&key, "a", TTL).await.unwrap());
-    assert!(
-        store
-            .checkpoint_and_release(&key, "a", Some(&whole(s)))
-            .await
-            .unwrap()
-    );
-    assert_eq!(
-        memory.read(&key).await.unwrap().checkpoint.as_deref(),
-        Some(s)
-    );
-
-    // `finish` refuses a row with something left undone (written by a full store beside it).
-    let mut undone = Commit::default();
-    undone.failing = FailingChange::Set(FailingRecord::first(&whole("4900000003"), "busy", 1));
-    assert!(memory.acquire(&key, "full", TTL).await.unwrap());
-    assert!(memory.commit(&key, "full", &undone).await.unwrap());
-    assert!(!store.finish(&key, Some(s), 1).await.unwrap());
-    undone.failing = FailingChange::Clear;
-    assert!(memory.acquire(&key, "full", TTL).await.unwrap());
-    assert!(memory.commit(&key, "full", &undone).await.unwrap());
-    assert!(
-        !store.finish(&key, Some(p), 1).await.unwrap(),
-        "the checkpoint moved"
-    );
-    assert!(store.finish(&key, Some(s), 1).await.unwrap());
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (row.checkpoint.as_deref(), row.lease_owner),
-        (Some(kinesis_checkpoint::SHARD_END), None)
-    );
-
-    let rows = [
-        LeaseKey::new(STREAM, "shardId-000000000009:k1"),
-        LeaseKey::new(STREAM, "shardId-000000000009:k2"),
-    ];
-    let mut first = KeyCommit::new(rows[0].clone(), 0);
-    first.checkpoint = Some(inside(s, 2));
-    first.below = Below::Record(p.parse().unwrap());
-    let mut second = KeyCommit::new(rows[1].clone(), 0);
-    second.checkpoint = Some(whole(s));
-    assert_eq!(
-        store.commit_rows(&[first, second]).await.unwrap(),
-        [true, true]
-    );
-    let read = store.read_rows(&rows).await.unwrap();
-    assert_eq!(
-        (read[0].checkpoint.as_deref(), read[1].checkpoint.as_deref()),
-        (Some(p), Some(s))
-    );
-    assert_eq!(
-        (
-            read[0].lease_owner.as_deref(),
-            read[1].lease_owner.as_deref()
-        ),
-        (None, None)
-    );
-    assert_eq!(store.requests(), None);
 }
 
 /// Rows of the 0.1.0 form are read as they meant it, and the next write past the aggregate
