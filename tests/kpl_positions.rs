@@ -469,3 +469,99 @@ async fn a_row_of_the_first_version_inside_an_aggregate_resumes_there_and_is_rew
     let expected: Vec<String> = (4..10).map(|sub| format!("{aggregate}/{sub}")).collect();
     assert_eq!(*ran.lock().unwrap(), expected);
 }
+
+/// `checkpoint_position` inside the aggregate a 0.1.0 row stopped in keeps that row's form (its
+/// `checkpoint` names the aggregate, so progress beside it would be read as stale), and
+/// elsewhere leaves `checkpoint` as it is.
+async fn a_position_inside_an_aggregate_keeps_the_form_of_the_row<S: LeaseStore>(
+    store: &S,
+    legacy: &LeaseKey,
+    fresh: &LeaseKey,
+) {
+    let s = "4900000002";
+    assert!(store.acquire(legacy, "me", TTL).await.unwrap());
+    assert!(
+        store
+            .checkpoint_position(legacy, "me", &inside(s, 5))
+            .await
+            .unwrap()
+    );
+    let row = store.read(legacy).await.unwrap();
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.checkpoint_sub,
+            row.aggregate_sequence.as_deref()
+        ),
+        (Some(s), Some(5), None)
+    );
+    assert_eq!(row.position().unwrap(), Some(inside(s, 5)));
+    assert!(
+        store
+            .checkpoint_position(legacy, "me", &whole(s))
+            .await
+            .unwrap()
+    );
+    let row = store.read(legacy).await.unwrap();
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.checkpoint_sub),
+        (Some(s), None)
+    );
+
+    assert!(store.acquire(fresh, "me", TTL).await.unwrap());
+    assert!(
+        store
+            .checkpoint_position(fresh, "me", &whole("4900000001"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint_position(fresh, "me", &inside(s, 2))
+            .await
+            .unwrap()
+    );
+    let row = store.read(fresh).await.unwrap();
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence.as_deref(),
+            row.aggregate_sub,
+            row.checkpoint_sub
+        ),
+        (Some("4900000001"), Some(s), Some(2), None)
+    );
+    assert!(
+        !store
+            .checkpoint_position(fresh, "other", &inside(s, 3))
+            .await
+            .unwrap(),
+        "fenced"
+    );
+}
+
+#[tokio::test]
+async fn in_both_stores_a_position_inside_an_aggregate_keeps_the_form_of_the_row() {
+    let (legacy, fresh) = (
+        LeaseKey::new(STREAM, "shardId-000000000001"),
+        LeaseKey::new(STREAM, "shardId-000000000002"),
+    );
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(inside("4900000002", 3));
+    commit.below = Below::Legacy;
+
+    let memory = MemoryLeaseStore::new();
+    assert!(memory.acquire(&legacy, "0.1.0", TTL).await.unwrap());
+    assert!(memory.commit(&legacy, "0.1.0", &commit).await.unwrap());
+    a_position_inside_an_aggregate_keeps_the_form_of_the_row(&memory, &legacy, &fresh).await;
+
+    let (dynamo, _, _) = dynamo().await;
+    assert!(dynamo.acquire(&legacy, "0.1.0", TTL).await.unwrap());
+    assert!(dynamo.commit(&legacy, "0.1.0", &commit).await.unwrap());
+    let row = dynamo.read(&legacy).await.unwrap();
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.checkpoint_sub),
+        (Some("4900000002"), Some(3))
+    );
+    a_position_inside_an_aggregate_keeps_the_form_of_the_row(&dynamo, &legacy, &fresh).await;
+}
