@@ -359,6 +359,44 @@ async fn moving_a_checkpoint_asks_first_and_reads_the_answer_from_stdin() {
 }
 
 #[tokio::test]
+async fn status_shows_the_progress_inside_an_aggregate_beside_the_checkpoint_done_whole() {
+    let moto = Moto::shared();
+    let (_config, table, store) = fresh_table(moto).await;
+    let key = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&key, "ledger:req-1", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(Position::sub_record(
+        common::sequence(9).parse().unwrap(),
+        3,
+    ));
+    commit.below = kinesis_checkpoint::Below::Record(common::sequence(8).parse().unwrap());
+    assert!(store.commit(&key, "ledger:req-1", &commit).await.unwrap());
+
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let json = run(
+        &endpoint,
+        &["status", "--table", &table, "--no-lag", "--json"],
+        "",
+    );
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let shards: Vec<Value> = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(shards[0]["checkpoint"], common::sequence(8), "done whole");
+    assert_eq!(shards[0]["aggregate_sequence"], common::sequence(9));
+    assert_eq!(shards[0]["checkpoint_sub"], 3);
+    let table_out = run(&endpoint, &["status", "--table", &table, "--no-lag"], "");
+    let said = text(&table_out.stdout);
+    assert!(
+        said.contains(&format!("{}/3", common::sequence(9))),
+        "{said}"
+    );
+}
+
+#[tokio::test]
 async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpoints() {
     let moto = Moto::shared();
     let (config, table, store) = fresh_table(moto).await;
