@@ -74,6 +74,7 @@ pub mod metrics;
 pub mod partition_key;
 pub mod processor;
 pub mod record;
+mod row;
 pub mod sequence;
 
 pub use dead_letter::{
