@@ -25,8 +25,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, checkpoint_and_release_by_commit,
+    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    LeaseState, LeaseStore, RowForm, checkpoint_and_release_by_commit,
 };
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
@@ -42,6 +42,8 @@ const EXPIRY: &str = "lease_expiry";
 const COUNTER: &str = "lease_counter";
 const CHECKPOINT: &str = "checkpoint";
 const CHECKPOINT_SUB: &str = "checkpoint_sub";
+const AGGREGATE_SEQUENCE: &str = "aggregate_sequence";
+const AGGREGATE_SUB: &str = "aggregate_sub";
 const PARENTS: &str = "parent_shards";
 const FAILING: &str = "failing";
 const EXPIRES_AT: &str = "expires_at";
@@ -337,17 +339,10 @@ impl DynamoLeaseStore {
         let mut clauses = Clauses::default();
         let mut values = HashMap::from([(":one".to_owned(), AttributeValue::N("1".to_owned()))]);
         if let Some(position) = &commit.checkpoint {
-            clauses.set.push("checkpoint = :seq");
-            values.insert(
-                ":seq".to_owned(),
-                AttributeValue::S(position.checkpoint().to_owned()),
-            );
-            match position.sub_sequence() {
-                Some(sub) => {
-                    clauses.set.push("checkpoint_sub = :sub");
-                    values.insert(":sub".to_owned(), AttributeValue::N(sub.to_string()));
-                }
-                None => clauses.remove.push(CHECKPOINT_SUB),
+            for (name, value) in
+                position_clauses(&mut clauses, &RowForm::new(position, &commit.below))
+            {
+                values.insert(name.to_owned(), value);
             }
         }
         match &commit.failing {
@@ -457,6 +452,8 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
     };
     state.checkpoint = string(CHECKPOINT);
     state.checkpoint_sub = number(CHECKPOINT_SUB);
+    state.aggregate_sequence = string(AGGREGATE_SEQUENCE);
+    state.aggregate_sub = number(AGGREGATE_SUB);
     state.lease_owner = string(OWNER);
     state.lease_expiry = number(EXPIRY);
     state.lease_counter = number(COUNTER).unwrap_or_default();
@@ -518,22 +515,49 @@ impl Clauses {
     }
 }
 
-/// Adds the clauses and values that write `position` as the checkpoint.
+/// Adds the clauses that write `position` as the checkpoint, `below` naming the record
+/// `checkpoint` holds when the position lies inside an aggregate.
 fn set_position(
-    request: UpdateItemFluentBuilder,
+    mut request: UpdateItemFluentBuilder,
     clauses: &mut Clauses,
     position: &Position,
+    below: &Below,
 ) -> UpdateItemFluentBuilder {
-    clauses.set.push("checkpoint = :seq");
-    let request = request
-        .expression_attribute_values(":seq", AttributeValue::S(position.checkpoint().to_owned()));
-    if let Some(sub) = position.sub_sequence() {
-        clauses.set.push("checkpoint_sub = :sub");
-        request.expression_attribute_values(":sub", AttributeValue::N(sub.to_string()))
-    } else {
-        clauses.remove.push(CHECKPOINT_SUB);
-        request
+    for (name, value) in position_clauses(clauses, &RowForm::new(position, below)) {
+        request = request.expression_attribute_values(name, value);
     }
+    request
+}
+
+/// The clauses of `form`, and the values they name.
+fn position_clauses(
+    clauses: &mut Clauses,
+    form: &RowForm<'_>,
+) -> Vec<(&'static str, AttributeValue)> {
+    let mut values = Vec::with_capacity(3);
+    if let Some(checkpoint) = form.checkpoint {
+        clauses.set.push("checkpoint = :seq");
+        values.push((":seq", AttributeValue::S(checkpoint.to_owned())));
+    }
+    match form.aggregate {
+        Some((sequence, sub)) => {
+            clauses.set.extend([
+                "aggregate_sequence = :aggregate",
+                "aggregate_sub = :aggregate_sub",
+            ]);
+            values.push((":aggregate", AttributeValue::S(sequence.to_owned())));
+            values.push((":aggregate_sub", AttributeValue::N(sub.to_string())));
+        }
+        None => clauses.remove.extend([AGGREGATE_SEQUENCE, AGGREGATE_SUB]),
+    }
+    match form.legacy_sub {
+        Some(sub) => {
+            clauses.set.push("checkpoint_sub = :sub");
+            values.push((":sub", AttributeValue::N(sub.to_string())));
+        }
+        None => clauses.remove.push(CHECKPOINT_SUB),
+    }
+    values
 }
 
 /// Adds the clauses and values that apply `change` to the failing record.
@@ -649,7 +673,8 @@ impl LeaseStore for DynamoLeaseStore {
             let request = self
                 .update(&key.to_string())
                 .update_expression(
-                    "SET checkpoint = :seq REMOVE checkpoint_sub ADD lease_counter :one",
+                    "SET checkpoint = :seq REMOVE checkpoint_sub, aggregate_sequence, \
+                     aggregate_sub ADD lease_counter :one",
                 )
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
@@ -727,12 +752,37 @@ impl LeaseStore for DynamoLeaseStore {
         position: &'a Position,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let mut clauses = Clauses::default();
-            let request = set_position(self.update(&key.to_string()), &mut clauses, position)
-                .update_expression(clauses.expression())
-                .condition_expression(OURS)
-                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
-            self.conditional("UpdateItem (checkpoint)", key, request)
+            let write = |below: &Below| {
+                let mut clauses = Clauses::default();
+                set_position(self.update(&key.to_string()), &mut clauses, position, below)
+                    .update_expression(clauses.expression())
+                    .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
+            };
+            let Position::Record {
+                sequence,
+                sub_sequence: Some(_),
+            } = position
+            else {
+                let request = write(&Below::Keep).condition_expression(OURS);
+                return self
+                    .conditional("UpdateItem (checkpoint)", key, request)
+                    .await;
+            };
+            // Inside an aggregate, `checkpoint` stays; unless the row is of the 0.1.0 form at
+            // this very aggregate, which keeps its form (see `Below::Legacy`).
+            let request = write(&Below::Keep)
+                .condition_expression(
+                    "lease_owner = :me AND NOT (checkpoint = :inside AND attribute_exists(checkpoint_sub))",
+                )
+                .expression_attribute_values(":inside", AttributeValue::S(sequence.to_string()));
+            if self
+                .conditional("UpdateItem (checkpoint)", key, request)
+                .await?
+            {
+                return Ok(true);
+            }
+            let request = write(&Below::Legacy).condition_expression(OURS);
+            self.conditional("UpdateItem (checkpoint, 0.1.0 form)", key, request)
                 .await
         })
     }
@@ -758,20 +808,40 @@ impl LeaseStore for DynamoLeaseStore {
                 self.update(&key.to_string()),
                 &mut clauses,
                 &Position::ShardEnd,
+                &Below::Keep,
             );
             clauses.set.push("expires_at = :expires");
             let request = request
                 .update_expression(clauses.expression())
                 .expression_attribute_values(":expires", AttributeValue::N(expires_at.to_string()));
-            // Only if nobody moved the checkpoint since the gate read it.
+            // Only if nobody moved the checkpoint since the gate read it, and nothing is left
+            // undone at it: no partial aggregate, no failing record above it. Both are stale
+            // (and ignored) at or below `checkpoint`, which another writer may have moved past
+            // them; sequence numbers compare by length, then as text.
             let request = match expected {
                 Some(expected) => request
-                    .condition_expression("checkpoint = :expected")
+                    .condition_expression(
+                        "checkpoint = :expected AND attribute_not_exists(checkpoint_sub) \
+                         AND (attribute_not_exists(aggregate_sequence) \
+                              OR size(aggregate_sequence) < :length \
+                              OR (size(aggregate_sequence) = :length AND aggregate_sequence <= :expected)) \
+                         AND (attribute_not_exists(failing) \
+                              OR size(failing.#sequence) < :length \
+                              OR (size(failing.#sequence) = :length AND failing.#sequence <= :expected))",
+                    )
+                    .expression_attribute_names("#sequence", "sequence")
                     .expression_attribute_values(
                         ":expected",
                         AttributeValue::S(expected.to_owned()),
+                    )
+                    .expression_attribute_values(
+                        ":length",
+                        AttributeValue::N(expected.len().to_string()),
                     ),
-                None => request.condition_expression("attribute_not_exists(checkpoint)"),
+                None => request.condition_expression(
+                    "attribute_not_exists(checkpoint) AND attribute_not_exists(aggregate_sequence) \
+                     AND attribute_not_exists(failing)",
+                ),
             };
             self.conditional("UpdateItem (finish shard)", key, request)
                 .await
@@ -788,7 +858,7 @@ impl LeaseStore for DynamoLeaseStore {
             let mut clauses = Clauses::default();
             let mut request = self.update(&key.to_string());
             if let Some(position) = &commit.checkpoint {
-                request = set_position(request, &mut clauses, position);
+                request = set_position(request, &mut clauses, position, &commit.below);
             }
             request = set_failing(request, &mut clauses, &commit.failing);
             if !commit.parent_shards.is_empty() {

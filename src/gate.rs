@@ -4,8 +4,10 @@
 //! keeps per-key order only if every record of the parent is processed before any record of the
 //! child, and AWS does not document that Lambda's event source mapping waits. So before a batch
 //! of a shard runs, [`Gate`] checks each parent: its row says `SHARD_END`; or it is provably
-//! exhausted (closed, and reading after its checkpoint finds no record and the end of the
-//! shard), in which case the gate writes `SHARD_END` on it; or it has expired from the stream.
+//! exhausted (closed, its row records nothing left undone at its checkpoint, no partial KPL
+//! aggregate and no failing record, and reading after its checkpoint finds no record and the
+//! end of the shard), in which case the gate writes `SHARD_END` on it (on the same condition);
+//! or it has expired from the stream.
 //!
 //! A parent without a row is ambiguous in Lambda, where a row appears only when a batch
 //! arrives. A parent that holds no record at all is finished. Otherwise the child waits when the
@@ -516,6 +518,18 @@ impl Gate {
             Ok(closed) => closed,
             Err(settled) => return Ok(settled),
         };
+        // A partial aggregate or a failing record at the checkpoint is not done, although the
+        // stream may hold nothing after the checkpoint (the aggregate is the record at it, in
+        // rows of the 0.1.0 form): the parent is not exhausted.
+        if let Some(undone) = row.unfinished() {
+            return Ok(Some(Held::Unfinished {
+                parent: parent.shard().to_owned(),
+                checkpoint: Some(format!(
+                    "{}: {undone}",
+                    row.checkpoint.as_deref().unwrap_or("none")
+                )),
+            }));
+        }
         let after = row.checkpoint.as_deref();
         if self
             .topology

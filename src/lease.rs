@@ -15,6 +15,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::row::Below;
+pub(crate) use crate::row::RowForm;
 use crate::sequence::{Position, SequenceError};
 
 /// The checkpoint value marking a shard fully consumed; its children may start.
@@ -101,15 +103,32 @@ impl fmt::Display for LeaseKey {
 /// The seed crate's state held the checkpoint only; the other fields are the toolkit's
 /// extensions of the schema, and a store that does not keep them leaves them empty.
 ///
+/// `checkpoint` always names a record done whole (or [`SHARD_END`]): that is what the seed
+/// crate, the KCL and a person reading the table take it for, and a writer that knows nothing
+/// of KPL (the seed crate) moves it alone. Progress *inside* the KPL aggregate after it is kept
+/// beside it, in `aggregate_sequence` and `aggregate_sub`, and believed only while that
+/// aggregate lies above `checkpoint`: once another writer moves `checkpoint` past it, it is
+/// stale and ignored, never believed.
+///
+/// Rows of version 0.1.0 kept the position inside an aggregate in `checkpoint` itself, with
+/// `checkpoint_sub` (`checkpoint = S, checkpoint_sub = k`: everything before `S` and `S`'s
+/// sub-records `0..=k` done, `S` not done whole). They are read as they meant it, and the next
+/// write past `S` rewrites them in the new form (see [`Below::Legacy`]).
+///
 /// # Examples
 ///
 /// ```
 /// use kinesis_checkpoint::{LeaseState, Position};
 ///
 /// let mut state = LeaseState::default();
-/// state.checkpoint = Some("1200".to_owned());
-/// state.checkpoint_sub = Some(4);
+/// state.checkpoint = Some("1100".to_owned());
+/// state.aggregate_sequence = Some("1200".to_owned());
+/// state.aggregate_sub = Some(4);
 /// assert_eq!(state.position()?, Some(Position::sub_record("1200".parse()?, 4)));
+///
+/// // A writer that knows nothing of aggregates moved the checkpoint past it: stale.
+/// state.checkpoint = Some("1300".to_owned());
+/// assert_eq!(state.position()?, Some(Position::record("1300".parse()?)));
 /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -118,8 +137,15 @@ pub struct LeaseState {
     /// The last checkpointed sequence number, [`SHARD_END`] when the shard is finished, or
     /// `None` when never checkpointed.
     pub checkpoint: Option<String>,
-    /// The sub-sequence of the checkpoint inside a KPL aggregate; `None` covers the whole record.
+    /// The 0.1.0 form of a position inside a KPL aggregate: `checkpoint` is the aggregate and
+    /// its sub-records `0..=checkpoint_sub` are done. Read, and kept until the aggregate is done
+    /// whole; never written otherwise. `None` in every row of the current form.
     pub checkpoint_sub: Option<u64>,
+    /// The KPL aggregate in progress after `checkpoint`, when one is: its sequence number.
+    /// Believed only while it lies above `checkpoint`.
+    pub aggregate_sequence: Option<String>,
+    /// The last sub-record of `aggregate_sequence` done (sub-records `0..=aggregate_sub`).
+    pub aggregate_sub: Option<u64>,
     /// Who holds the lease, if anyone.
     pub lease_owner: Option<String>,
     /// When the lease lapses, in epoch milliseconds.
@@ -155,10 +181,7 @@ impl LeaseState {
     /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
     /// ```
     pub fn position(&self) -> Result<Option<Position>, SequenceError> {
-        self.checkpoint
-            .as_deref()
-            .map(|checkpoint| Position::from_checkpoint(checkpoint, self.checkpoint_sub))
-            .transpose()
+        Ok(self.partial_aggregate()?.or(self.whole()?))
     }
 }
 
@@ -293,8 +316,12 @@ pub enum FailingChange {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Commit {
-    /// The new checkpoint, when it moved.
+    /// The new checkpoint, when it moved: a whole record (an aggregate whose last sub-record
+    /// is done is written whole), [`Position::ShardEnd`], or a position inside an aggregate.
     pub checkpoint: Option<Position>,
+    /// When `checkpoint` lies inside an aggregate: the record the row's `checkpoint` attribute
+    /// names below it.
+    pub below: Below,
     /// The change to the failing record.
     pub failing: FailingChange,
     /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
@@ -342,6 +369,9 @@ pub struct KeyCommit {
     pub expected_counter: u64,
     /// The key's new checkpoint, when it moved.
     pub checkpoint: Option<Position>,
+    /// When `checkpoint` lies inside an aggregate: the record the row's `checkpoint` attribute
+    /// names below it.
+    pub below: Below,
     /// The change to the key's failing record.
     pub failing: FailingChange,
     /// When `DynamoDB` may delete the row (epoch seconds).
@@ -362,6 +392,7 @@ impl KeyCommit {
             row,
             expected_counter,
             checkpoint: None,
+            below: Below::Keep,
             failing: FailingChange::Keep,
             expires_at: None,
         }
@@ -476,11 +507,17 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// [`Position::ShardEnd`]) as the checkpoint, on condition that `owner` holds the lease.
     /// Returns `false` when fenced.
     ///
+    /// A position inside an aggregate records the progress inside it beside `checkpoint`
+    /// (`aggregate_sequence`, `aggregate_sub`), leaving `checkpoint` itself as it is: the caller
+    /// writes the record done whole before the aggregate first, as the default
+    /// [`commit`](Self::commit) does.
+    ///
     /// The default can store only what [`checkpoint`](Self::checkpoint) can: a whole record or
-    /// the shard's end. A position inside an aggregate is then not written (the checkpoint stays
-    /// where it was, and the default only checks, by a renew, that the lease is still held), so
-    /// the sub-records done so far run again after a redelivery: a duplicate, never a loss.
-    /// Stores that keep `checkpoint_sub` override this.
+    /// the shard's end. A position inside an aggregate is then not written (the default only
+    /// checks, by a renew, that the lease is still held), so the sub-records done so far run
+    /// again after a redelivery: a duplicate, never a loss. Once the aggregate's last
+    /// sub-record is done, the engine checkpoints the aggregate whole, which the default
+    /// writes. Stores that keep the aggregate's progress override this.
     fn checkpoint_position<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -519,27 +556,44 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// the last step of every invocation. Returns `false` when fenced, in which case nothing
     /// was written.
     ///
-    /// The default calls [`checkpoint_and_release`](Self::checkpoint_and_release) and keeps no
-    /// failing record, so attempts are counted within one invocation only and a record is
-    /// dead-lettered after `max_attempts` only when it is rejected; nor does it keep the
-    /// records done above the checkpoint (`done_above`), which a redelivery then runs again: a
-    /// duplicate, never a loss. Stores that keep `failing` and `done_above` override this.
+    /// The default writes, for a position inside an aggregate, the record done whole before it
+    /// ([`Below::Record`]) first, through [`checkpoint_position`](Self::checkpoint_position),
+    /// then calls [`checkpoint_and_release`](Self::checkpoint_and_release); if the lease is
+    /// lost between the two, the first (true) progress stays written. It keeps no failing
+    /// record, so attempts are counted within one invocation only: a record is dead-lettered
+    /// when it is rejected, and one that keeps asking for a retry is retried until the mapping
+    /// gives up on it, as it would be without this toolkit. Nor does it keep the records done
+    /// above the checkpoint (`done_above`) or the shard's parents: a redelivery runs those
+    /// records again (a duplicate, never a loss), and the gate asks the topology for the parents
+    /// again. Stores that keep `failing` and `done_above` override this.
     fn commit<'a>(
         &'a self,
         key: &'a LeaseKey,
         owner: &'a str,
         commit: &'a Commit,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.checkpoint_and_release(key, owner, commit.checkpoint.as_ref())
+        Box::pin(async move {
+            if let (Some(position), Below::Record(prior)) = (&commit.checkpoint, &commit.below)
+                && position.sub_sequence().is_some()
+                && !self
+                    .checkpoint_position(key, owner, &Position::record(prior.clone()))
+                    .await?
+            {
+                return Ok(false);
+            }
+            self.checkpoint_and_release(key, owner, commit.checkpoint.as_ref())
+                .await
+        })
     }
 
     /// Marks a shard finished (`SHARD_END`) that the parent gate proved exhausted, unless its
-    /// checkpoint is no longer `expected` (someone moved it meanwhile); `expires_at` (epoch
-    /// seconds) lets `DynamoDB` delete the row after the stream's retention. Returns whether it
-    /// was written.
+    /// checkpoint is no longer `expected` (someone moved it meanwhile) or the row records
+    /// something not done at it: a partial aggregate or a failing record above the checkpoint
+    /// ([`LeaseState::unfinished`]). `expires_at` (epoch seconds) lets `DynamoDB` delete the
+    /// row after the stream's retention. Returns whether it was written.
     ///
-    /// The default takes the shard's lease for a moment, checks the checkpoint, writes
-    /// `SHARD_END` and releases; it cannot keep `expires_at`.
+    /// The default takes the shard's lease for a moment, checks the row, writes `SHARD_END` and
+    /// releases; it cannot keep `expires_at`.
     fn finish<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -552,7 +606,8 @@ pub trait LeaseStore: Send + Sync + 'static {
             if !self.acquire(key, GATE, Duration::from_secs(10)).await? {
                 return Ok(false);
             }
-            let unchanged = self.read(key).await?.checkpoint.as_deref() == expected;
+            let row = self.read(key).await?;
+            let unchanged = row.checkpoint.as_deref() == expected && row.unfinished().is_none();
             let written = unchanged && self.checkpoint(key, GATE, SHARD_END).await?;
             self.release(key, GATE).await?;
             Ok(written)
@@ -599,13 +654,21 @@ pub trait LeaseStore: Send + Sync + 'static {
                     written.push(false);
                     continue;
                 }
-                let ok = match &commit.checkpoint {
-                    Some(position) => {
-                        self.checkpoint_position(&commit.row, WRITER, position)
-                            .await?
-                    }
-                    None => true,
-                };
+                let mut ok = true;
+                if let (Some(position), Below::Record(prior)) = (&commit.checkpoint, &commit.below)
+                    && position.sub_sequence().is_some()
+                {
+                    ok = self
+                        .checkpoint_position(&commit.row, WRITER, &Position::record(prior.clone()))
+                        .await?;
+                }
+                if let Some(position) = &commit.checkpoint
+                    && ok
+                {
+                    ok = self
+                        .checkpoint_position(&commit.row, WRITER, position)
+                        .await?;
+                }
                 self.release(&commit.row, WRITER).await?;
                 written.push(ok);
             }

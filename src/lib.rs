@@ -77,6 +77,7 @@ pub mod metrics;
 pub mod partition_key;
 pub mod processor;
 pub mod record;
+mod row;
 pub mod sequence;
 
 pub use dead_letter::{
@@ -89,7 +90,7 @@ pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
+    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
     LeaseState, LeaseStore, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;

@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::lease::{
-    BoxFuture, Claim, Commit, FailingChange, KeyCommit, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, checkpoint_and_release_by_commit,
+    Below, BoxFuture, Claim, Commit, FailingChange, KeyCommit, LeaseError, LeaseKey, LeaseState,
+    LeaseStore, RowForm, checkpoint_and_release_by_commit,
 };
 use crate::sequence::Position;
 
@@ -106,9 +106,10 @@ impl MemoryLeaseStore {
         row.lease_owner.as_deref() == Some(owner)
     }
 
-    fn write_position(row: &mut LeaseState, position: &Position) {
-        row.checkpoint = Some(position.checkpoint().to_owned());
-        row.checkpoint_sub = position.sub_sequence();
+    /// Writes `position` in the row's form (see [`LeaseState`]), `below` naming the record
+    /// `checkpoint` holds when the position lies inside an aggregate.
+    fn write_position(row: &mut LeaseState, position: &Position, below: &Below) {
+        RowForm::new(position, below).apply(row);
         row.lease_counter += 1;
     }
 
@@ -168,9 +169,10 @@ impl LeaseStore for MemoryLeaseStore {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
                 let ours = Self::owned_by(row, owner);
+                // As the seed crate's stores do: `checkpoint` alone, whatever else the row holds
+                // (a partial aggregate below it is stale from now on, and ignored).
                 if ours {
                     row.checkpoint = Some(sequence.to_owned());
-                    row.checkpoint_sub = None;
                     row.lease_counter += 1;
                 }
                 ours
@@ -224,7 +226,9 @@ impl LeaseStore for MemoryLeaseStore {
             Ok(self.with_row(key, |row| {
                 let ours = Self::owned_by(row, owner);
                 if ours {
-                    Self::write_position(row, position);
+                    // A row of the 0.1.0 form at this very aggregate keeps its form.
+                    let below = Below::of(position, None, row);
+                    Self::write_position(row, position, &below);
                 }
                 ours
             }))
@@ -248,9 +252,9 @@ impl LeaseStore for MemoryLeaseStore {
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
-                let unchanged = row.checkpoint.as_deref() == expected;
+                let unchanged = row.checkpoint.as_deref() == expected && row.unfinished().is_none();
                 if unchanged {
-                    Self::write_position(row, &Position::ShardEnd);
+                    Self::write_position(row, &Position::ShardEnd, &Below::Keep);
                     row.expires_at = Some(expires_at);
                 }
                 unchanged
@@ -269,7 +273,7 @@ impl LeaseStore for MemoryLeaseStore {
                 let ours = Self::owned_by(row, owner);
                 if ours {
                     if let Some(position) = &commit.checkpoint {
-                        Self::write_position(row, position);
+                        Self::write_position(row, position, &commit.below);
                     }
                     match &commit.failing {
                         FailingChange::Keep => {}
@@ -302,7 +306,7 @@ impl LeaseStore for MemoryLeaseStore {
                     let unchanged = row.lease_counter == commit.expected_counter;
                     if unchanged {
                         if let Some(position) = &commit.checkpoint {
-                            Self::write_position(row, position);
+                            Self::write_position(row, position, &commit.below);
                         } else {
                             row.lease_counter += 1;
                         }

@@ -48,13 +48,13 @@ use std::time::Duration;
 
 use crate::handler::Handler;
 use crate::keyed::{self, Limits, State};
-use crate::lease::{FailingChange, KeyCommit, LeaseKey, LeaseState};
+use crate::lease::{Below, FailingChange, KeyCommit, LeaseKey, LeaseState};
 use crate::memory::now_millis;
 use crate::processor::{
     Disposition, Entry, Invocation, LeaseWatch, Processor, RecordReport, ShardBatch, ShardReport,
     StopReason,
 };
-use crate::sequence::Position;
+use crate::sequence::{Position, SequenceNumber};
 
 /// How a processor keeps its checkpoints: which fits the event source mapping's
 /// `ParallelizationFactor`.
@@ -238,18 +238,27 @@ fn key_commits(
     ttl: Duration,
 ) -> Vec<(String, KeyCommit)> {
     let expires_at = (now_millis() / 1_000).saturating_add(ttl.as_secs());
-    let mut changes: HashMap<&str, (Option<Position>, FailingChange, bool)> = HashMap::new();
-    for (entry, state) in entries.iter().zip(&run.states) {
+    let mut changes: HashMap<&str, KeyChange> = HashMap::new();
+    for (index, (entry, state)) in entries.iter().zip(&run.states).enumerate() {
         let Some(partition_key) = entry.partition_key() else {
             continue;
         };
-        let (checkpoint, failing, stopped) =
-            changes
-                .entry(partition_key)
-                .or_insert((None, FailingChange::Keep, false));
+        let KeyChange {
+            checkpoint,
+            prior,
+            failing,
+            stopped,
+        } = changes.entry(partition_key).or_default();
         match state {
             State::Done(_, cleared) if !*stopped => {
-                *checkpoint = Some(entry.position());
+                // The key's records of an earlier aggregate (or an earlier record) are all
+                // done once a later one of the key is: that record is done whole for the key.
+                if let Some((_, done)) = checkpoint.as_ref()
+                    && entries[*done].sequence() != entry.sequence()
+                {
+                    *prior = Some(entries[*done].sequence().clone());
+                }
+                *checkpoint = Some((entry.position(), index));
                 if *cleared {
                     *failing = FailingChange::Clear;
                 }
@@ -266,22 +275,65 @@ fn key_commits(
     }
     let mut commits: Vec<(String, KeyCommit)> = changes
         .into_iter()
-        .filter_map(|(partition_key, (checkpoint, failing, _))| {
+        .filter_map(|(partition_key, change)| {
             let row = &keys[partition_key];
-            let moved =
-                checkpoint.filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
-            if moved.is_none() && failing == FailingChange::Keep {
+            let moved = change
+                .checkpoint
+                .map(|(position, index)| settled_for_key(entries, partition_key, position, index))
+                .filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
+            if moved.is_none() && change.failing == FailingChange::Keep {
                 return None;
             }
             let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+            if let Some(moved) = &moved {
+                commit.below = Below::of(moved, change.prior.as_ref(), &row.state);
+            }
             commit.checkpoint = moved;
-            commit.failing = failing;
+            commit.failing = change.failing;
             commit.expires_at = Some(expires_at);
             Some((partition_key.to_owned(), commit))
         })
         .collect();
     commits.sort_by(|a, b| a.0.cmp(&b.0));
     commits
+}
+
+/// What one key's row is to record, as the batch is walked.
+#[derive(Default)]
+struct KeyChange {
+    /// The key's last record done in order, and its index in the batch.
+    checkpoint: Option<(Position, usize)>,
+    /// The record done whole for the key before the aggregate `checkpoint` lies in.
+    prior: Option<SequenceNumber>,
+    failing: FailingChange,
+    stopped: bool,
+}
+
+/// `position` (of the entry at `index`), or its whole aggregate when no later sub-record of the
+/// aggregate belongs to `partition_key`: then every record of the key in it is done, and the
+/// key's row says so as a whole record. An aggregate's sub-records are adjacent in `entries`.
+fn settled_for_key(
+    entries: &[Entry],
+    partition_key: &str,
+    position: Position,
+    index: usize,
+) -> Position {
+    let Position::Record {
+        sequence,
+        sub_sequence: Some(_),
+    } = &position
+    else {
+        return position;
+    };
+    let more_of_key = entries[index + 1..]
+        .iter()
+        .take_while(|entry| entry.sequence() == sequence)
+        .any(|entry| entry.partition_key() == Some(partition_key));
+    if more_of_key {
+        position
+    } else {
+        Position::record(sequence.clone())
+    }
 }
 
 /// Writes the keys' rows; returns the keys whose row was not written, and why.

@@ -33,7 +33,7 @@ use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
 pub use crate::keyed::DEFAULT_MAX_DONE_ABOVE;
 use crate::lease::{
-    BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
+    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
 };
 use crate::memory::{millis, now_millis};
 use crate::metrics::{Meter, Metrics};
@@ -454,8 +454,9 @@ impl<H: Handler> Processor<H> {
 
     /// Whether KPL aggregates are unpacked into their user records (on by default). Each
     /// sub-record reaches the handler on its own, with its sub-sequence number, and the
-    /// checkpoint can stop inside an aggregate (`checkpoint_sub`), so a redelivery skips the
-    /// sub-records already done. Turn it off only for a consumer that wants the raw aggregates.
+    /// checkpoint can stop inside an aggregate (kept beside it, in `aggregate_sequence` and
+    /// `aggregate_sub`), so a redelivery skips the sub-records already done; an aggregate whose
+    /// last sub-record is done is checkpointed whole. Turn it off only for a consumer that wants the raw aggregates.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -811,15 +812,21 @@ impl<H: Handler> Processor<H> {
         // Dispatch, with the lease renewed in the background while it runs.
         let dispatched = tokio::select! {
             biased;
-            dispatched = self.dispatch(pending, invocation, &lease, state.failing, &state.done_above) => dispatched,
+            dispatched = self.dispatch(pending, invocation, &lease, state.failing.clone(), &state.done_above) => dispatched,
             () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
         };
 
-        // Checkpoint and release in one conditional write.
+        // Checkpoint and release in one conditional write. An aggregate whose last sub-record
+        // is done is checkpointed whole: `checkpoint` names records done whole, and a parent
+        // ending in it is then exhausted at it.
         let progress = dispatched
             .done_through
             .clone()
+            .map(|done| settled(&entries, done))
             .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
+        let below = progress.as_ref().map_or(Below::Keep, |progress| {
+            Below::of(progress, prior(&entries, progress), &state)
+        });
         let done_above = crate::keyed::remembered(
             &state.done_above,
             &dispatched.done_above,
@@ -829,7 +836,7 @@ impl<H: Handler> Processor<H> {
             .commit(
                 &key,
                 owner,
-                progress.as_ref(),
+                (progress.as_ref(), below),
                 parent_shards,
                 done_above,
                 dispatched,
@@ -935,7 +942,7 @@ impl<H: Handler> Processor<H> {
         &self,
         key: &LeaseKey,
         owner: &str,
-        progress: Option<&Position>,
+        (progress, below): (Option<&Position>, Below),
         parent_shards: Vec<String>,
         done_above: Option<Vec<Position>>,
         dispatched: Dispatched,
@@ -948,6 +955,7 @@ impl<H: Handler> Processor<H> {
         } = dispatched;
         let commit = Commit {
             checkpoint: progress.cloned(),
+            below,
             failing,
             parent_shards,
             done_above,
@@ -1479,6 +1487,41 @@ impl Entry {
             Self::Undecodable(error) => error.record().position(),
         }
     }
+}
+
+/// `position`, or the whole aggregate when `position` is the last of its sub-records in
+/// `entries` (which hold every sub-record of an aggregate: Lambda delivers Kinesis records
+/// whole, and they are unpacked here). `entries` are in the shard's order.
+pub(crate) fn settled(entries: &[Entry], position: Position) -> Position {
+    let Position::Record {
+        sequence,
+        sub_sequence: Some(_),
+    } = &position
+    else {
+        return position;
+    };
+    let next = entries.partition_point(|entry| entry.cmp_position(&position).is_le());
+    if entries
+        .get(next)
+        .is_some_and(|entry| entry.sequence() == sequence)
+    {
+        return position;
+    }
+    Position::record(sequence.clone())
+}
+
+/// The record just before the aggregate `position` lies in, when `entries` hold one: done
+/// whole, since everything below `position` is done.
+pub(crate) fn prior<'a>(entries: &'a [Entry], position: &Position) -> Option<&'a SequenceNumber> {
+    let Position::Record {
+        sequence,
+        sub_sequence: Some(_),
+    } = position
+    else {
+        return None;
+    };
+    let first = entries.partition_point(|entry| entry.sequence() < sequence);
+    first.checked_sub(1).map(|index| entries[index].sequence())
 }
 
 /// Replaces every KPL aggregate among `entries` by its sub-records, in order; an aggregate that

@@ -1,5 +1,5 @@
 //! KPL aggregates through the processor: sub-records handed over one by one, checkpoints inside
-//! an aggregate (`checkpoint_sub`), dead letters of single sub-records, and aggregates that
+//! an aggregate (`aggregate_sequence`, `aggregate_sub`), dead letters of single sub-records, and aggregates that
 //! cannot be read. The aggregates are the fixtures `scripts/make_kpl_fixtures.py` made with the
 //! real Python library `aws-kinesis-agg`.
 
@@ -270,7 +270,7 @@ async fn a_record_whose_digest_does_not_match_reaches_the_handler_as_it_came() {
 }
 
 #[tokio::test]
-async fn dynamodb_keeps_the_sub_sequence_of_a_checkpoint_inside_an_aggregate() {
+async fn dynamodb_keeps_the_progress_inside_an_aggregate_beside_the_checkpoint() {
     let config = Moto::shared().sdk_config(1).await;
     let table = unique("leases");
     create_lease_table(&config, &table).await;
@@ -287,9 +287,16 @@ async fn dynamodb_keeps_the_sub_sequence_of_a_checkpoint_inside_an_aggregate() {
         .await
         .unwrap();
     let row = store.read(&LeaseKey::new(STREAM, SHARD)).await.unwrap();
+    // No record before the aggregate is known: `checkpoint` stays absent (it names records
+    // done whole only), and the aggregate's progress is kept beside it.
     assert_eq!(
-        (row.checkpoint.as_deref(), row.checkpoint_sub),
-        (Some(sequence(7).as_str()), Some(3))
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence.as_deref(),
+            row.aggregate_sub,
+            row.checkpoint_sub
+        ),
+        (None, Some(sequence(7).as_str()), Some(3), None)
     );
 
     processor
@@ -297,7 +304,15 @@ async fn dynamodb_keeps_the_sub_sequence_of_a_checkpoint_inside_an_aggregate() {
         .await
         .unwrap();
     let row = store.read(&LeaseKey::new(STREAM, SHARD)).await.unwrap();
-    assert_eq!(row.checkpoint_sub, Some(9), "the whole aggregate is done");
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence.as_deref(),
+            row.checkpoint_sub
+        ),
+        (Some(sequence(7).as_str()), None, None),
+        "the whole aggregate is done: checkpointed whole"
+    );
     assert_eq!(seen.lock().unwrap().len(), 10);
 }
 

@@ -618,3 +618,38 @@ async fn the_sample_events_answer_in_lambdas_wire_format() {
         r#"{"batchItemFailures":[{"itemIdentifier":"49656139270218735118962416178386539874290435484613640206"}]}"#
     );
 }
+
+/// The final write through the fault wrapper, which every test here runs on, carries what the
+/// processor gives it: a wrapper that ran the trait's default `commit` instead of the store's
+/// would drop the failing record and the records done above the checkpoint.
+#[tokio::test]
+async fn through_the_fault_wrapper_the_final_write_keeps_the_failing_record_and_the_records_done_above()
+ {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(Faulty::new(memory.clone()));
+    let seen = Seen::default();
+    // Keys are `key-{n % 7}`: record 2 fails, 9 (its key's next) waits, 3 to 8 run above it.
+    let processor = Processor::new(
+        store,
+        seen.handler(|n| (n == 2).then(|| Outcome::retry("the ledger is busy"))),
+    )
+    .concurrency(4);
+
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..10), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    assert_eq!(reported(&report.response()), [sequence(2)]);
+    let row = memory.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(1)));
+    let failing = row.failing.expect("the failing record is kept");
+    assert_eq!(
+        (failing.sequence, failing.sub_sequence, failing.attempts),
+        (sequence(2), None, 1)
+    );
+    assert!(failing.last_error.contains("the ledger is busy"));
+    let done_above: Vec<String> = row.done_above.iter().map(ToString::to_string).collect();
+    assert_eq!(done_above, (3..9).map(sequence).collect::<Vec<_>>());
+    assert_eq!((row.lease_owner, row.lease_expiry), (None, None));
+}

@@ -9,7 +9,7 @@
 use std::io::{BufRead, Write};
 
 use kinesis_checkpoint::dynamo::Moved;
-use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position, SHARD_END};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position};
 
 use crate::Error;
 use crate::console::confirm;
@@ -104,11 +104,11 @@ pub async fn move_checkpoint(
         out,
         "shard {key} (table {}): checkpoint {} -> {}",
         store.table(),
-        describe(current.checkpoint.as_deref(), current.checkpoint_sub),
-        to.as_ref().map_or_else(
-            || describe(None, None),
-            |p| describe(Some(p.checkpoint()), p.sub_sequence())
+        current.position().map_or_else(
+            |error| format!("unreadable ({error})"),
+            |position| describe(position.as_ref())
         ),
+        describe(to.as_ref()),
     )?;
     if let Some(failing) = &current.failing {
         writeln!(
@@ -151,12 +151,14 @@ fn held(key: &LeaseKey, state: &LeaseState) -> Option<MoveError> {
     }
 }
 
-fn describe(checkpoint: Option<&str>, sub: Option<u64>) -> String {
-    match (checkpoint, sub) {
-        (None, _) => "none (trim horizon)".to_owned(),
-        (Some(SHARD_END), _) => "SHARD_END (finished)".to_owned(),
-        (Some(sequence), Some(sub)) => format!("{sequence} sub-record {sub}"),
-        (Some(sequence), None) => sequence.to_owned(),
+fn describe(position: Option<&Position>) -> String {
+    match position {
+        None => "none (trim horizon)".to_owned(),
+        Some(Position::ShardEnd) => "SHARD_END (finished)".to_owned(),
+        Some(position) => match position.sub_sequence() {
+            Some(sub) => format!("{} sub-record {sub}", position.checkpoint()),
+            None => position.checkpoint().to_owned(),
+        },
     }
 }
 

@@ -82,10 +82,9 @@ pub fn legacy_plan(rows: &[Row], stream: &str) -> Plan {
         .filter(|row| row.key().is_none())
         .map(|row| {
             let key = LeaseKey::new(stream, row.lease_key.as_str());
-            let parsed =
-                row.state.checkpoint.as_deref().map(|checkpoint| {
-                    Position::from_checkpoint(checkpoint, row.state.checkpoint_sub)
-                });
+            // The position as the toolkit reads it: the 0.1.0 form and a partial aggregate
+            // beside the checkpoint included.
+            let parsed = row.state.position().transpose();
             let (position, note) = match parsed {
                 None => (None, Some("no checkpoint in the row".to_owned())),
                 Some(Ok(position)) => (Some(position), None),

@@ -53,7 +53,9 @@ enum Command {
         /// The last record done: the next batch starts after it.
         #[arg(long, value_name = "SEQUENCE_NUMBER", conflicts_with_all = ["trim_horizon", "finished"], required_unless_present_any = ["trim_horizon", "finished"])]
         sequence: Option<String>,
-        /// With --sequence: the last user record done inside that KPL aggregate.
+        /// With --sequence: the last user record done inside that KPL aggregate (the row then
+        /// holds that aggregate's progress and no `checkpoint`, since no record before it is
+        /// known done whole; a seed or KCL reader would start from its initial position).
         #[arg(long, requires = "sequence")]
         sub_sequence: Option<u64>,
         /// No checkpoint: start from the mapping's starting position.

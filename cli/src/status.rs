@@ -14,7 +14,7 @@ use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_checkpoint::aws_error::cause;
 use kinesis_checkpoint::dynamo::Row;
-use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, SHARD_END};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position, SHARD_END};
 use serde::Serialize;
 
 use crate::Error;
@@ -43,9 +43,12 @@ pub struct ShardStatus {
     pub lease_expiry: Option<u64>,
     /// Whether the lease is held now.
     pub lease_live: bool,
-    /// The checkpoint: a sequence number, `SHARD_END`, or none.
+    /// The checkpoint: the last sequence number done whole, `SHARD_END`, or none.
     pub checkpoint: Option<String>,
-    /// The sub-sequence inside a KPL aggregate.
+    /// The KPL aggregate in progress after the checkpoint (the row's `aggregate_sequence`
+    /// while it lies above `checkpoint`, or `checkpoint` itself in a row of the 0.1.0 form).
+    pub aggregate_sequence: Option<String>,
+    /// The last sub-record of that aggregate done.
     pub checkpoint_sub: Option<u64>,
     /// Whether the shard is finished (`SHARD_END`): its children may run.
     pub finished: bool,
@@ -85,6 +88,8 @@ pub struct Behind {
 
 impl ShardStatus {
     fn of(lease_key: &str, state: &LeaseState, now_ms: u64) -> Self {
+        // An unreadable aggregate is shown as no aggregate; the checkpoint is shown as stored.
+        let partial = state.partial_aggregate().ok().flatten();
         let (stream, shard) = match lease_key.split_once(':') {
             Some((stream, shard)) => (Some(stream.to_owned()), shard.to_owned()),
             None => (None, lease_key.to_owned()),
@@ -101,7 +106,8 @@ impl ShardStatus {
             lease_live: state.lease_owner.is_some()
                 && state.lease_expiry.is_some_and(|expiry| expiry >= now_ms),
             checkpoint: state.checkpoint.clone(),
-            checkpoint_sub: state.checkpoint_sub,
+            aggregate_sequence: partial.as_ref().map(|p| p.checkpoint().to_owned()),
+            checkpoint_sub: partial.as_ref().and_then(Position::sub_sequence),
             finished: state.checkpoint.as_deref() == Some(SHARD_END),
             parents: state.parent_shards.clone(),
             failing: state.failing.as_ref().map(|failing| Failing {
@@ -239,14 +245,14 @@ async fn behind(
         .stream_name(stream)
         .shard_id(&status.shard);
     // A checkpoint inside an aggregate leaves part of that record to do: count from it.
-    let request = match (&status.checkpoint, status.checkpoint_sub) {
-        (Some(sequence), Some(_)) => request
+    let request = match (&status.aggregate_sequence, &status.checkpoint) {
+        (Some(sequence), _) => request
             .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
             .starting_sequence_number(sequence),
-        (Some(sequence), None) => request
+        (None, Some(sequence)) => request
             .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
             .starting_sequence_number(sequence),
-        (None, _) => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        (None, None) => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
     };
     let failed = |what: &str, detail: String| -> Error {
         format!(
@@ -327,11 +333,15 @@ pub fn table(shards: &[ShardStatus]) -> String {
             }
             (true, _) => "expired".to_owned(),
         };
-        let checkpoint = match (&shard.checkpoint, shard.checkpoint_sub) {
-            (None, _) => "-".to_owned(),
-            (Some(c), _) if shard.finished => format!("{c} (finished)"),
-            (Some(c), Some(sub)) => format!("{c}/{sub}"),
-            (Some(c), None) => c.clone(),
+        let checkpoint = match (
+            &shard.checkpoint,
+            &shard.aggregate_sequence,
+            shard.checkpoint_sub,
+        ) {
+            (Some(c), _, _) if shard.finished => format!("{c} (finished)"),
+            (_, Some(aggregate), Some(sub)) => format!("{aggregate}/{sub}"),
+            (None, _, _) => "-".to_owned(),
+            (Some(c), _, _) => c.clone(),
         };
         let failing = shard.failing.as_ref().map_or("-".to_owned(), |f| {
             let sub = f.sub_sequence.map(|s| format!("/{s}")).unwrap_or_default();

@@ -359,6 +359,44 @@ async fn moving_a_checkpoint_asks_first_and_reads_the_answer_from_stdin() {
 }
 
 #[tokio::test]
+async fn status_shows_the_progress_inside_an_aggregate_beside_the_checkpoint_done_whole() {
+    let moto = Moto::shared();
+    let (_config, table, store) = fresh_table(moto).await;
+    let key = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&key, "ledger:req-1", Duration::from_mins(1))
+            .await
+            .unwrap()
+    );
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(Position::sub_record(
+        common::sequence(9).parse().unwrap(),
+        3,
+    ));
+    commit.below = kinesis_checkpoint::Below::Record(common::sequence(8).parse().unwrap());
+    assert!(store.commit(&key, "ledger:req-1", &commit).await.unwrap());
+
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let json = run(
+        &endpoint,
+        &["status", "--table", &table, "--no-lag", "--json"],
+        "",
+    );
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let shards: Vec<Value> = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(shards[0]["checkpoint"], common::sequence(8), "done whole");
+    assert_eq!(shards[0]["aggregate_sequence"], common::sequence(9));
+    assert_eq!(shards[0]["checkpoint_sub"], 3);
+    let table_out = run(&endpoint, &["status", "--table", &table, "--no-lag"], "");
+    let said = text(&table_out.stdout);
+    assert!(
+        said.contains(&format!("{}/3", common::sequence(9))),
+        "{said}"
+    );
+}
+
+#[tokio::test]
 async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpoints() {
     let moto = Moto::shared();
     let (config, table, store) = fresh_table(moto).await;
@@ -403,9 +441,16 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
     println!("{said}");
     assert!(said.contains("imported 1 checkpoints; kept 1"), "{said}");
     let copied = store.row(&LeaseKey::new("orders", SHARD)).await.unwrap();
+    // A position inside an aggregate names no record done whole: it is the aggregate's
+    // progress, with no `checkpoint`.
     assert_eq!(
-        (copied.checkpoint, copied.checkpoint_sub),
-        (Some(common::sequence(10)), Some(2))
+        (
+            copied.checkpoint,
+            copied.aggregate_sequence,
+            copied.aggregate_sub,
+            copied.checkpoint_sub
+        ),
+        (None, Some(common::sequence(10)), Some(2), None)
     );
     assert_eq!(
         store.row(&newer).await.unwrap().checkpoint,
@@ -514,8 +559,12 @@ async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards
     };
     let plain = row(SHARD).await;
     assert_eq!(
-        (plain.checkpoint, plain.checkpoint_sub),
-        (Some(common::sequence(7)), Some(0)),
+        (
+            plain.checkpoint,
+            plain.aggregate_sequence,
+            plain.aggregate_sub
+        ),
+        (None, Some(common::sequence(7)), Some(0)),
         "offline, sub-sequence 0 stays inside the record: never a skip"
     );
     assert_eq!(
@@ -529,7 +578,7 @@ async fn import_kcl_copies_checkpoints_sub_sequences_parents_and_finished_shards
     );
     let child = row("shardId-000000000003").await;
     assert_eq!(
-        (child.checkpoint_sub, child.parent_shards),
+        (child.aggregate_sub, child.parent_shards),
         (Some(4), vec!["shardId-000000000001".to_owned()])
     );
     assert_eq!(

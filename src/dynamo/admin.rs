@@ -7,10 +7,10 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{
-    CHECKPOINT, CHECKPOINT_SUB, Clauses, DynamoLeaseStore, EXPIRES_AT, EXPIRY, FAILING, KEY, OWNER,
-    is_condition_failure, set_position, state_of,
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, Clauses, DynamoLeaseStore,
+    EXPIRES_AT, EXPIRY, FAILING, KEY, OWNER, is_condition_failure, set_position, state_of,
 };
-use crate::lease::{LeaseError, LeaseKey, LeaseState};
+use crate::lease::{Below, LeaseError, LeaseKey, LeaseState};
 use crate::memory::now_millis;
 use crate::sequence::Position;
 
@@ -144,7 +144,10 @@ impl DynamoLeaseStore {
     /// Moves the shard's checkpoint to `to` (`None`: no checkpoint, so the shard starts from
     /// the mapping's starting position), forgets its failing record, and takes the lease from
     /// whoever holds it, so that a running invocation is fenced and cannot write its own
-    /// checkpoint over this one. Refused while a live lease is held unless `force`.
+    /// checkpoint over this one. Refused while a live lease is held unless `force`. A position
+    /// inside a KPL aggregate is written as that aggregate's progress with no `checkpoint`,
+    /// since no record before it is known done whole (a seed or KCL reader would start the
+    /// shard from its initial position).
     ///
     /// # Errors
     ///
@@ -173,10 +176,23 @@ impl DynamoLeaseStore {
         let mut clauses = Clauses::default();
         let mut request = self.update(&row);
         match to {
-            Some(position) => request = set_position(request, &mut clauses, position),
-            None => clauses
-                .remove
-                .extend([CHECKPOINT, CHECKPOINT_SUB, EXPIRES_AT]),
+            // Inside an aggregate no record before it is known done whole: `checkpoint` goes,
+            // and the position is the aggregate's progress alone (a seed or KCL reader would
+            // start the shard from its initial position).
+            Some(position) if position.sub_sequence().is_some() => {
+                request = set_position(request, &mut clauses, position, &Below::Keep);
+                clauses.remove.extend([CHECKPOINT, EXPIRES_AT]);
+            }
+            Some(position) => {
+                request = set_position(request, &mut clauses, position, &Below::Keep);
+            }
+            None => clauses.remove.extend([
+                CHECKPOINT,
+                CHECKPOINT_SUB,
+                AGGREGATE_SEQUENCE,
+                AGGREGATE_SUB,
+                EXPIRES_AT,
+            ]),
         }
         clauses.remove.extend([FAILING, OWNER, EXPIRY]);
         request = request
@@ -207,7 +223,8 @@ impl DynamoLeaseStore {
     /// Writes `position` (and the shard's `parents`, when known) as the checkpoint of a shard
     /// that has none yet: what an import from another consumer does. Returns `false`, writing
     /// nothing, when the shard already has a checkpoint: progress made here is newer than any
-    /// imported one.
+    /// imported one. A position inside a KPL aggregate is written as that aggregate's progress,
+    /// with no `checkpoint` (see [`move_checkpoint`](Self::move_checkpoint)).
     ///
     /// # Errors
     ///
@@ -229,7 +246,14 @@ impl DynamoLeaseStore {
         parents: &[String],
     ) -> Result<bool, LeaseError> {
         let mut clauses = Clauses::default();
-        let mut request = set_position(self.update(&key.to_string()), &mut clauses, position);
+        // A position inside an aggregate is imported as that aggregate's progress, with no
+        // `checkpoint`: no record before it is known (see `Below`).
+        let mut request = set_position(
+            self.update(&key.to_string()),
+            &mut clauses,
+            position,
+            &Below::Keep,
+        );
         if !parents.is_empty() {
             clauses.set.push("parent_shards = :parents");
             request = request
@@ -237,7 +261,9 @@ impl DynamoLeaseStore {
         }
         let request = request
             .update_expression(clauses.expression())
-            .condition_expression("attribute_not_exists(checkpoint)");
+            .condition_expression(
+                "attribute_not_exists(checkpoint) AND attribute_not_exists(aggregate_sequence)",
+            );
         self.conditional("UpdateItem (import checkpoint)", key, request)
             .await
     }

@@ -1,13 +1,18 @@
 //! A lease store wrapper that injects the faults no emulator produces: an outage, and a lease
 //! stolen at a chosen moment by another owner (through the real store, so the refusal that
 //! follows is the store's own).
+//!
+//! Every wrapper here forwards every method of `LeaseStore`, provided ones included: a wrapper
+//! that left one out would run the trait's default instead of the wrapped store's own (a
+//! `commit` that drops the failing record, `done_above` and the parents), and the tests would
+//! test the default.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::{
-    BoxFuture, Claim, LeaseError, LeaseKey, LeaseState, LeaseStore, Position,
+    BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore, Position,
 };
 
 /// Wraps `inner`; every fault is off until switched on.
@@ -102,6 +107,15 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         })
     }
 
+    fn checkpoint_position<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.checkpoint_position(key, owner, position)
+    }
+
     fn checkpoint_and_release<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -116,6 +130,93 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
                 .checkpoint_and_release(key, owner, position)
                 .await
         })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            if self.steal_before_checkpoint.swap(false, Ordering::SeqCst) {
+                self.steal(key, owner).await;
+            }
+            self.inner.commit(key, owner, commit).await
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.inner.finish(key, expected, expires_at)
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        self.inner.read_rows(keys)
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        self.inner.commit_rows(commits)
+    }
+
+    fn requests(&self) -> Option<u64> {
+        self.inner.requests()
+    }
+}
+
+/// `inner` with the seed crate's five methods only: every provided method runs the trait's
+/// default, built on these five, as it would for a store written for the seed crate.
+#[allow(dead_code, reason = "not every test binary uses it")]
+pub struct FiveMethods<S>(pub Arc<S>);
+
+impl<S: LeaseStore> LeaseStore for FiveMethods<S> {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.0.acquire(key, owner, ttl)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.0.renew(key, owner, ttl)
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        sequence: &'a str,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.0.checkpoint(key, owner, sequence)
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        self.0.read(key)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.0.release(key, owner)
     }
 }
 
@@ -344,5 +445,39 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
             self.note(|| format!("store: commit rows {commits:?}: {written:?}"));
             written
         })
+    }
+
+    fn checkpoint_position<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            let written = self.inner.checkpoint_position(key, owner, position).await;
+            self.after(written)
+        })
+    }
+
+    fn checkpoint_and_release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        position: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            self.before().await?;
+            self.maybe_steal(key, owner).await;
+            let written = self
+                .inner
+                .checkpoint_and_release(key, owner, position)
+                .await;
+            self.after(written)
+        })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        self.inner.requests()
     }
 }

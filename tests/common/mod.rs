@@ -2,6 +2,7 @@
 //! on 127.0.0.1 by the tests themselves.
 #![allow(dead_code, clippy::missing_panics_doc)]
 
+pub mod aggregates;
 pub mod faults;
 pub mod http;
 pub mod kinesis;

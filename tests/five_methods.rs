@@ -1,0 +1,282 @@
+//! A lease store with the seed crate's five methods only (`acquire`, `renew`, `checkpoint`,
+//! `read`, `release`), as a store written for the seed crate has: every provided method of
+//! `LeaseStore` runs its default, and none loses a record or leaves a shard stuck. The store is
+//! `MemoryLeaseStore` behind a wrapper that exposes those five methods and nothing else.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::aggregates::{
+    PARENT, Ran, STREAM, event_of, inside, noting, process, split_after_an_aggregate,
+    ten_sub_records, whole,
+};
+use common::faults::FiveMethods;
+use kinesis_checkpoint::gate::{Gate, StartingPosition};
+use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint::{
+    Below, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseKey, LeaseStore,
+    MemoryLeaseStore, Mode, Processor, StopReason,
+};
+
+const TTL: Duration = Duration::from_mins(1);
+
+#[tokio::test]
+async fn with_the_five_seed_methods_a_batch_ending_in_an_aggregate_is_checkpointed_whole() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let stream = MemoryStream::new(STREAM, 1);
+    let plain = stream.put("plain", "before");
+    let (outer_key, aggregate_bytes) = ten_sub_records();
+    let aggregate = stream.put(&outer_key, aggregate_bytes);
+    let ran = Ran::default();
+    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None));
+    let key = LeaseKey::new(STREAM, PARENT);
+
+    let first = process(&processor, event_of(&stream, PARENT, None), "r1").await;
+    assert_eq!(first.checkpoint, Some(whole(&aggregate)));
+    let row = memory.read(&key).await.unwrap();
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.lease_owner),
+        (Some(aggregate.as_str()), None)
+    );
+    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
+    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 11);
+    assert_eq!(
+        ran.lock().unwrap().len(),
+        11,
+        "{plain} and ten sub-records, once"
+    );
+}
+
+#[tokio::test]
+async fn with_the_five_seed_methods_a_batch_stopping_inside_an_aggregate_checkpoints_the_record_before_it()
+ {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let stream = MemoryStream::new(STREAM, 1);
+    let plain = stream.put("plain", "before");
+    let (outer_key, aggregate_bytes) = ten_sub_records();
+    let aggregate = stream.put(&outer_key, aggregate_bytes);
+    let ran = Ran::default();
+    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4)));
+    let key = LeaseKey::new(STREAM, PARENT);
+
+    process(&processor, event_of(&stream, PARENT, None), "r1").await;
+    let row = memory.read(&key).await.unwrap();
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence,
+            row.lease_owner
+        ),
+        (Some(plain.as_str()), None, None),
+        "the record before the aggregate; the five methods cannot keep the aggregate's progress"
+    );
+    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
+    assert_eq!(again.stopped, None);
+    assert_eq!(
+        memory.read(&key).await.unwrap().checkpoint.as_deref(),
+        Some(aggregate.as_str())
+    );
+    // The documented duplicate: sub-records 0 to 3 ran before the redelivery and again.
+    let ran = ran.lock().unwrap();
+    assert_eq!(ran.iter().filter(|r| **r == plain).count(), 1);
+    assert_eq!(ran.len(), 1 + 4 + 10);
+}
+
+#[tokio::test]
+async fn with_the_five_seed_methods_a_parent_ending_in_an_aggregate_lets_its_child_run() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let (stream, _plain, aggregate, child) = split_after_an_aggregate();
+    let ran = Ran::default();
+    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
+    let processor =
+        Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4))).gate(gate);
+
+    process(&processor, event_of(&stream, PARENT, None), "r1").await;
+    let held = process(&processor, event_of(&stream, &child, None), "r2").await;
+    assert!(matches!(held.stopped, Some((_, StopReason::Held(_)))));
+    process(
+        &processor,
+        event_of(&stream, PARENT, Some(&aggregate)),
+        "r3",
+    )
+    .await;
+    let runs = process(&processor, event_of(&stream, &child, None), "r4").await;
+    assert_eq!(runs.stopped, None, "not held until the parent expires");
+    let parent = memory.read(&LeaseKey::new(STREAM, PARENT)).await.unwrap();
+    assert_eq!(
+        (parent.checkpoint.as_deref(), parent.lease_owner),
+        (Some(kinesis_checkpoint::SHARD_END), None)
+    );
+}
+
+#[tokio::test]
+async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_whole() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let stream = MemoryStream::new(STREAM, 1);
+    let (outer_key, aggregate_bytes) = ten_sub_records();
+    let aggregate = stream.put(&outer_key, aggregate_bytes);
+    let ran = Ran::default();
+    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None))
+        .mode(Mode::PartitionKey);
+
+    process(&processor, event_of(&stream, PARENT, None), "r1").await;
+    let shard = LeaseKey::new(STREAM, PARENT);
+    for sub in 0..10 {
+        let row = memory
+            .read(&kinesis_checkpoint::partition_key::row_key(
+                &shard,
+                &format!("order-{sub}"),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                row.checkpoint.as_deref(),
+                row.aggregate_sequence,
+                row.lease_owner
+            ),
+            (Some(aggregate.as_str()), None, None),
+            "each key's one sub-record is its whole part of the aggregate"
+        );
+    }
+    let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
+    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 10);
+    assert_eq!(ran.lock().unwrap().len(), 10);
+}
+
+/// `acquire_and_read`, `checkpoint_position`, `commit` and `checkpoint_and_release`'s defaults,
+/// on the five seed methods.
+#[tokio::test]
+async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_methods() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = FiveMethods(memory.clone());
+    let key = LeaseKey::new(STREAM, PARENT);
+    let (p, s) = ("4900000001", "4900000002");
+
+    let Claim::Acquired(state) = store.acquire_and_read(&key, "a", TTL).await.unwrap() else {
+        panic!("free");
+    };
+    assert_eq!(state.lease_owner.as_deref(), Some("a"));
+    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
+        panic!("a holds it");
+    };
+    assert_eq!(held.lease_owner.as_deref(), Some("a"));
+
+    assert!(
+        store
+            .checkpoint_position(&key, "a", &whole(p))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint_position(&key, "a", &inside(s, 3))
+            .await
+            .unwrap(),
+        "a position inside an aggregate renews only"
+    );
+    assert!(
+        !store
+            .checkpoint_position(&key, "b", &whole(s))
+            .await
+            .unwrap(),
+        "b is fenced"
+    );
+    assert_eq!(
+        memory.read(&key).await.unwrap().checkpoint.as_deref(),
+        Some(p)
+    );
+
+    let mut commit = Commit::default();
+    commit.checkpoint = Some(inside(s, 5));
+    commit.below = Below::Record(p.parse().unwrap());
+    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(store.commit(&key, "a", &commit).await.unwrap());
+    let row = memory.read(&key).await.unwrap();
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.lease_owner),
+        (Some(p), None),
+        "released"
+    );
+    assert!(
+        !store.commit(&key, "a", &commit).await.unwrap(),
+        "no longer a's"
+    );
+
+    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(
+        store
+            .checkpoint_and_release(&key, "a", Some(&whole(s)))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        memory.read(&key).await.unwrap().checkpoint.as_deref(),
+        Some(s)
+    );
+}
+
+/// `finish`, `read_rows` and `commit_rows`' defaults, on the five seed methods.
+#[tokio::test]
+async fn the_defaults_of_finish_and_of_the_rows_work_on_the_five_seed_methods() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = FiveMethods(memory.clone());
+    let key = LeaseKey::new(STREAM, PARENT);
+    let (p, s) = ("4900000001", "4900000002");
+    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(
+        store
+            .checkpoint_and_release(&key, "a", Some(&whole(s)))
+            .await
+            .unwrap()
+    );
+
+    // `finish` refuses a row with something left undone (written by a full store beside it).
+    let mut undone = Commit::default();
+    undone.failing = FailingChange::Set(FailingRecord::first(&whole("4900000003"), "busy", 1));
+    assert!(memory.acquire(&key, "full", TTL).await.unwrap());
+    assert!(memory.commit(&key, "full", &undone).await.unwrap());
+    assert!(!store.finish(&key, Some(s), 1).await.unwrap());
+    undone.failing = FailingChange::Clear;
+    assert!(memory.acquire(&key, "full", TTL).await.unwrap());
+    assert!(memory.commit(&key, "full", &undone).await.unwrap());
+    assert!(
+        !store.finish(&key, Some(p), 1).await.unwrap(),
+        "the checkpoint moved"
+    );
+    assert!(store.finish(&key, Some(s), 1).await.unwrap());
+    let row = memory.read(&key).await.unwrap();
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.lease_owner),
+        (Some(kinesis_checkpoint::SHARD_END), None)
+    );
+
+    let rows = [
+        LeaseKey::new(STREAM, "shardId-000000000009:k1"),
+        LeaseKey::new(STREAM, "shardId-000000000009:k2"),
+    ];
+    let mut first = KeyCommit::new(rows[0].clone(), 0);
+    first.checkpoint = Some(inside(s, 2));
+    first.below = Below::Record(p.parse().unwrap());
+    let mut second = KeyCommit::new(rows[1].clone(), 0);
+    second.checkpoint = Some(whole(s));
+    assert_eq!(
+        store.commit_rows(&[first, second]).await.unwrap(),
+        [true, true]
+    );
+    let read = store.read_rows(&rows).await.unwrap();
+    assert_eq!(
+        (read[0].checkpoint.as_deref(), read[1].checkpoint.as_deref()),
+        (Some(p), Some(s))
+    );
+    assert_eq!(
+        (
+            read[0].lease_owner.as_deref(),
+            read[1].lease_owner.as_deref()
+        ),
+        (None, None)
+    );
+    assert_eq!(store.requests(), None);
+}
