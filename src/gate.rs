@@ -25,6 +25,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::gap::{CannotRead, RangeRead, ReadBudget, SkippedRange};
 use crate::lease::{BoxFuture, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
 use crate::memory::now_millis;
 use crate::record::Record;
@@ -120,6 +121,23 @@ pub trait Topology: Send + Sync + 'static {
 
     /// How long the stream keeps records.
     fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>>;
+
+    /// The records of `shard` in `range`, oldest first and still packed when aggregated, within
+    /// `budget`: what the processor runs first when the mapping skipped records (see
+    /// [`gap`](crate::gap)). Asked only once a gap is proven, never for a normal batch.
+    ///
+    /// The default cannot read records: it fails with [`CannotRead`], and the processor logs
+    /// the gap as an error, counts it in the `Gap` metric and goes on.
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a SkippedRange,
+        budget: ReadBudget,
+    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+        let _ = (range, budget);
+        Box::pin(async move { Err(Box::new(CannotRead::new(stream, shard)) as TopologyError) })
+    }
 
     /// Every record of the closed `shard`, oldest first: what the gate checks a parent against
     /// in the [partition-key mode](crate::partition_key), where no shard checkpoint says how far
@@ -306,6 +324,11 @@ impl Gate {
     pub const fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self
+    }
+
+    /// Where the gate reads the stream: also what reads records the mapping skipped.
+    pub(crate) fn topology(&self) -> &dyn Topology {
+        self.topology.as_ref()
     }
 
     /// Whether the shard of `key`, whose row is `state`, may run now.
@@ -650,6 +673,7 @@ mod kinesis {
     use aws_sdk_kinesis::types::ShardIteratorType;
 
     use super::{ShardInfo, Topology, TopologyError};
+    use crate::gap::{RangeRead, ReadBudget, SkippedRange};
     use crate::lease::{BoxFuture, LeaseKey};
     use crate::record::Record;
 
@@ -671,6 +695,7 @@ mod kinesis {
     #[derive(Debug, Clone)]
     pub struct KinesisTopology {
         client: Client,
+        records_per_page: Option<i32>,
     }
 
     impl KinesisTopology {
@@ -686,7 +711,24 @@ mod kinesis {
         pub fn new(config: &aws_config::SdkConfig) -> Self {
             Self {
                 client: Client::new(config),
+                records_per_page: None,
             }
+        }
+
+        /// At most `records` per `GetRecords` page when reading records the mapping skipped
+        /// (by default Kinesis's own limit, 10,000): smaller pages keep each answer under the
+        /// 10 MB a page may carry when records are large.
+        ///
+        /// ```no_run
+        /// # use kinesis_checkpoint::gate::KinesisTopology;
+        /// # async fn run() {
+        /// let topology = KinesisTopology::new(&aws_config::load_from_env().await).records_per_page(1_000);
+        /// # }
+        /// ```
+        #[must_use]
+        pub const fn records_per_page(mut self, records: i32) -> Self {
+            self.records_per_page = Some(records);
+            self
         }
     }
 
@@ -836,6 +878,20 @@ mod kinesis {
                     iterator = page.next_shard_iterator;
                 }
                 Ok(records)
+            })
+        }
+
+        fn read_range<'a>(
+            &'a self,
+            stream: &'a str,
+            shard: &'a str,
+            range: &'a SkippedRange,
+            budget: ReadBudget,
+        ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+            Box::pin(async move {
+                let key = LeaseKey::new(stream, shard);
+                crate::gap::read_kinesis(&self.client, &key, range, budget, self.records_per_page)
+                    .await
             })
         }
 

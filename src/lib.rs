@@ -32,6 +32,7 @@
 //! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
+//! | [`gap`] | records the mapping discarded, found and run before the batch |
 //! | [`keyed`] | per-key concurrency within one invocation |
 //! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
@@ -61,6 +62,7 @@
 pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+pub mod gap;
 pub mod gate;
 pub mod handler;
 pub mod keyed;
@@ -88,7 +90,7 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
     BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, SHARD_END,
+    LeaseState, LeaseStore, ReportedChange, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;
 pub use partition_key::Mode;
