@@ -147,16 +147,38 @@ pub(crate) async fn run_shard<H: Handler>(
     let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::partition_key).collect();
     partition_keys.sort_unstable();
     partition_keys.dedup();
-    let rows: Vec<LeaseKey> = partition_keys
+    let mut rows: Vec<LeaseKey> = partition_keys
         .iter()
         .map(|partition_key| row_key(&key, partition_key))
         .collect();
-    let states = match processor.store().read_rows(&rows).await {
+    // The shard's own row, in the same read: a container consumer sharing the table (the seed
+    // crate's, which keys by `stream:shard`) may hold the shard's lease or have checkpointed it.
+    rows.push(key.clone());
+    let mut states = match processor.store().read_rows(&rows).await {
         Ok(states) => states,
         Err(error) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
             return report.stop_all(&entries, StopReason::Store(error.to_string()));
         }
+    };
+    rows.pop();
+    let shard_row = states.pop().unwrap_or_default();
+    let shard_checkpoint = match shard_owner(&shard_row) {
+        Some(owner) => {
+            tracing::warn!(
+                holder = owner,
+                "another consumer holds the shard's lease; processing nothing"
+            );
+            let owner = Some(owner.to_owned());
+            return report.stop_all(&entries, StopReason::LeaseHeld { owner });
+        }
+        None => match shard_row.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+            }
+        },
     };
     let mut keys: HashMap<&str, KeyRow> = HashMap::with_capacity(rows.len());
     for ((partition_key, row), state) in partition_keys.iter().zip(rows).zip(states) {
@@ -179,12 +201,15 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(Duration::MAX);
+    // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
+    // progress covers every key).
     let is_done = |entry: &Entry| {
         entry.partition_key().is_some_and(|partition_key| {
             keys[partition_key]
                 .checkpoint
-                .as_ref()
-                .is_some_and(|checkpoint| entry.position() <= *checkpoint)
+                .iter()
+                .chain(&shard_checkpoint)
+                .any(|checkpoint| entry.position() <= *checkpoint)
         })
     };
     let known = |partition_key: &str| {
@@ -220,6 +245,16 @@ pub(crate) async fn run_shard<H: Handler>(
         processor, report, &entries, &run, refused, invocation, &lease,
     )
     .await
+}
+
+/// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
+/// table (the seed crate's, or this toolkit's shard mode), which processes the shard's records
+/// itself.
+pub(crate) fn shard_owner(row: &LeaseState) -> Option<&str> {
+    let now = now_millis();
+    row.lease_owner
+        .as_deref()
+        .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
 }
 
 /// A partition key's row as read.

@@ -314,3 +314,88 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
         "the other delivery's write stands"
     );
 }
+
+/// The shard's row as the seed crate's consumer writes it: its lease, then its checkpoint, both
+/// through the seed's five methods on `stream:shard`.
+async fn container_consumer(store: &MemoryLeaseStore, checkpoint: Option<u64>, live: bool) {
+    let ttl = if live {
+        Duration::from_secs(30)
+    } else {
+        Duration::ZERO
+    };
+    assert!(store.acquire(&shard(), "container-1", ttl).await.unwrap());
+    if let Some(n) = checkpoint {
+        assert!(
+            store
+                .checkpoint(&shard(), "container-1", &sequence(n))
+                .await
+                .unwrap()
+        );
+    }
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_live_shard_lease_of_a_container_consumer_holds_the_batch() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    container_consumer(&store, None, true).await;
+    let journal = Journal::default();
+    let processor =
+        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+
+    let ns: Vec<u64> = (0..6).collect();
+    let report = processor
+        .process_batch(batch(&ns, 3), &context("held", 60_000))
+        .await
+        .unwrap();
+
+    let shard_report = &report.shards[0];
+    assert!(
+        matches!(
+            &shard_report.stopped,
+            Some((at, kinesis_checkpoint::StopReason::LeaseHeld { owner: Some(owner) }))
+                if *at.as_str() == sequence(0) && owner == "container-1"
+        ),
+        "{shard_report:?}"
+    );
+    assert_eq!(shard_report.count(Disposition::NotAttempted), 5);
+    assert!(journal.per_key().is_empty(), "nothing processed");
+    for k in 0..3 {
+        let row = store
+            .read(&row_key(&shard(), &format!("key-{k}")))
+            .await
+            .unwrap();
+        assert_eq!(row.lease_counter, 0, "no key row written");
+    }
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_records_at_or_below_a_container_consumers_checkpoint_are_duplicates()
+ {
+    let store = Arc::new(MemoryLeaseStore::new());
+    // The container consumer processed records 0 to 4 and let its lease lapse.
+    container_consumer(&store, Some(4), false).await;
+    let journal = Journal::default();
+    let processor =
+        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+
+    let ns: Vec<u64> = (0..10).collect();
+    let report = processor
+        .process_batch(batch(&ns, 3), &context("after", 60_000))
+        .await
+        .unwrap();
+
+    assert!(report.shards[0].stopped.is_none());
+    assert_eq!(report.shards[0].count(Disposition::Duplicate), 5);
+    assert_eq!(report.shards[0].count(Disposition::Processed), 5);
+    let mut processed: Vec<u64> = journal.per_key().into_values().flatten().collect();
+    processed.sort_unstable();
+    assert_eq!(processed, [5, 6, 7, 8, 9]);
+    let row = store.read(&row_key(&shard(), "key-2")).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(8)), "key-2's last record");
+    let shard_row = store.read(&shard()).await.unwrap();
+    assert_eq!(
+        shard_row.checkpoint,
+        Some(sequence(4)),
+        "the shard row is left alone"
+    );
+}
