@@ -73,6 +73,7 @@ pub mod lease;
 pub mod local;
 pub mod memory;
 pub mod metrics;
+mod parent_scan;
 pub mod partition_key;
 pub mod processor;
 pub mod record;

@@ -39,6 +39,7 @@ pub(crate) async fn read_range(
         ReadFrom::At(at) => request
             .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
             .starting_sequence_number(at.as_str()),
+        ReadFrom::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
     };
     let mut iterator = request
         .send()

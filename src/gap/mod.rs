@@ -55,6 +55,9 @@ pub enum ReadFrom {
     /// At this record (`AT_SEQUENCE_NUMBER`): the reported record of a shard never
     /// checkpointed, or the aggregate a checkpoint stops inside.
     At(SequenceNumber),
+    /// From the oldest record (`TRIM_HORIZON`): the partition-key mode's gate reading a closed
+    /// parent from its start.
+    TrimHorizon,
 }
 
 /// A range of one shard's records the event source mapping skipped: from [`from`](Self::from)
@@ -89,6 +92,7 @@ impl SkippedRange {
         let started = match &self.from {
             ReadFrom::After(after) => sequence > after,
             ReadFrom::At(at) => sequence >= at,
+            ReadFrom::TrimHorizon => true,
         };
         started && *sequence < self.before
     }
@@ -99,6 +103,7 @@ impl fmt::Display for SkippedRange {
         match &self.from {
             ReadFrom::After(after) => write!(f, "after {after} up to {}", self.before),
             ReadFrom::At(at) => write!(f, "from {at} up to {}", self.before),
+            ReadFrom::TrimHorizon => write!(f, "from the trim horizon up to {}", self.before),
         }
     }
 }
