@@ -462,3 +462,131 @@ async fn without_a_topology_that_reads_records_a_gap_is_an_error_and_a_metric_an
     );
     assert_eq!(row.reported, None);
 }
+
+/// Runs `stream` through the local event source with `mapping`; the handler fails each record
+/// `fails(n)` times first. Returns every `n` processed, in order, and the run's discards.
+async fn run_local(
+    stream: kinesis_checkpoint::local::MemoryStream,
+    mapping: kinesis_checkpoint::local::Mapping,
+    fails: impl Fn(u64) -> u32 + Send + Sync + 'static,
+) -> (Vec<u64>, Vec<kinesis_checkpoint::local::Discarded>) {
+    use kinesis_checkpoint::local::EventSource;
+    let seen = Seen::default();
+    let attempts: Arc<Mutex<std::collections::HashMap<u64, u32>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = record.json::<Value>().unwrap()["n"].as_u64().unwrap();
+            let mut attempts = attempts.lock().unwrap();
+            let attempt = attempts.entry(n).or_default();
+            *attempt += 1;
+            let outcome = if *attempt <= fails(n) {
+                Outcome::retry("downstream unavailable")
+            } else {
+                seen.0.lock().unwrap().push(n);
+                Outcome::ack()
+            };
+            std::future::ready(outcome)
+        }
+    };
+    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let report = EventSource::new(stream, mapping)
+        .run(Arc::new(processor))
+        .await
+        .unwrap();
+    (seen.all(), report.discarded)
+}
+
+/// Every record once, in order per key (`keys` keys, record `n` under `customer-{n % keys}`).
+fn assert_all_once_in_order(mut seen: Vec<u64>, total: u64, keys: u64, discarded: usize) {
+    for key in 0..keys {
+        let of_key: Vec<u64> = seen.iter().copied().filter(|n| n % keys == key).collect();
+        assert!(
+            of_key.windows(2).all(|pair| pair[0] < pair[1]),
+            "customer-{key} out of order: {of_key:?}"
+        );
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..total).collect::<Vec<_>>(),
+        "every record once ({discarded} discarded by the mapping)"
+    );
+}
+
+fn orders(stream: &kinesis_checkpoint::local::MemoryStream, range: std::ops::Range<u64>) {
+    for n in range {
+        stream.put(
+            &format!("customer-{}", n % 9),
+            serde_json::json!({ "n": n }).to_string(),
+        );
+    }
+}
+
+/// The local event source's `MaximumRetryAttempts` discards, as Lambda's: a batch that keeps
+/// failing is given up on and the next one starts after it. Gap recovery reads the skipped
+/// records back from the stream, so every record is processed once, in order per key. (The
+/// recovered record that fails again makes the mapping give up on the next batch too, and so
+/// on until it succeeds: each time the next batch reads on from the checkpoint.)
+#[tokio::test]
+async fn with_the_local_mappings_retry_discards_every_record_is_recovered_once_in_order() {
+    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream};
+    for seed in [1, 2, 3] {
+        let stream = MemoryStream::new("orders", 2);
+        orders(&stream, 0..400);
+        // Every 25th record of the first 200 fails three times: more than the mapping
+        // retries. None near a shard's end: a discarded last batch is recovered only by a
+        // later batch of its shard, which a stream that stops being written never gets.
+        let mapping = Mapping::default()
+            .batch_size(20)
+            .maximum_retry_attempts(Some(1))
+            .duplicate_deliveries(0.1)
+            .seed(seed);
+        let (seen, discarded) =
+            run_local(
+                stream,
+                mapping,
+                |n| {
+                    if n < 200 && n % 25 == 0 { 3 } else { 0 }
+                },
+            )
+            .await;
+        assert!(
+            discarded
+                .iter()
+                .any(|d| d.reason == DiscardReason::RetriesExhausted),
+            "the mapping gave up on batches"
+        );
+        assert_all_once_in_order(seen, 400, 9, discarded.len());
+    }
+}
+
+/// The local event source's `MaximumRecordAgeInSeconds` discards, as Lambda's: while a shard
+/// is stuck on a failing record, the records behind it grow too old and are given up on one by
+/// one, until a young one comes. Gap recovery reads them all back.
+#[tokio::test]
+async fn with_the_local_mappings_age_discards_every_record_is_recovered_once_in_order() {
+    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream, Shards};
+    let stream = MemoryStream::new("orders", 2);
+    orders(&stream, 0..100);
+    // The next records arrive ten seconds later: young when the first ones are too old, and
+    // for a hundred rounds of deliveries after that.
+    stream.advance(Duration::from_secs(10));
+    orders(&stream, 100..300);
+    let mapping = Mapping::default()
+        .batch_size(20)
+        .maximum_record_age(Some(Duration::from_millis(10_500)))
+        .seed(7);
+    let (seen, discarded) = run_local(stream, mapping, |n| {
+        if [10, 30, 60, 71].contains(&n) { 8 } else { 0 }
+    })
+    .await;
+    assert!(
+        discarded.iter().any(|d| d.reason == DiscardReason::TooOld),
+        "the mapping gave up on records too old"
+    );
+    assert_all_once_in_order(seen, 300, 9, discarded.len());
+}
