@@ -25,9 +25,12 @@
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
 //!
-//! **Cost**: with K distinct partition keys in a batch, 2 × ⌈K / 100⌉ `DynamoDB` requests (one
-//! read and one write per hundred keys); a batch of 1,000 records over 100 keys costs 2, as
-//! the shard mode does. Keys whose records were all duplicates are not written. Each row
+//! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
+//! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
+//! runs, the first record is reported), and records at or below its checkpoint are done.
+//!
+//! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
+//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys whose records were all duplicates are not written. Each row
 //! written costs twice the write capacity of a plain write (transactions do).
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
@@ -36,9 +39,13 @@
 //!
 //! **The gate**: a parent shard is finished when its shard row says `SHARD_END`, when it has
 //! expired from the stream, or when it is closed and every record in it is at or below its
-//! key's checkpoint (read from the stream with [`Topology::records`](crate::gate::Topology::records)
-//! and checked against the key rows); the gate then writes `SHARD_END` on the parent's row, and
-//! remembers it for the life of the process. A parent still open holds the child.
+//! key's checkpoint or the parent's own row's checkpoint (read from the stream with
+//! [`Topology::read_range`](crate::gate::Topology::read_range), in parts of at most 10,000
+//! records per held batch, and checked against the key rows); the gate then writes `SHARD_END`
+//! on the parent's row, and remembers it for the life of the process. Until then, it keeps for
+//! the life of the process only each key's last position in the parent and the keys found done:
+//! a held batch reads no record twice and asks only the keys still pending. A parent still open
+//! holds the child.
 //!
 //! [`LeaseStore::read_rows`]: crate::LeaseStore::read_rows
 //! [`LeaseStore::commit_rows`]: crate::LeaseStore::commit_rows

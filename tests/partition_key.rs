@@ -630,3 +630,45 @@ async fn in_the_partition_key_mode_a_large_parent_is_read_in_bounded_parts() {
     let reads = counting.reads.lock().unwrap().clone();
     assert_eq!(reads, [10_000, 2_000], "at most 10,000 records per check");
 }
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to_its_end_is_finished()
+ {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(40, 4);
+    let store = Arc::new(MemoryLeaseStore::new());
+    // The container consumer processed the whole parent and let its lease lapse, without
+    // writing SHARD_END.
+    let last = stream.records(SHARD)[39].sequence.clone();
+    assert!(
+        store
+            .acquire(&shard(), "container-1", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint(&shard(), "container-1", &last)
+            .await
+            .unwrap()
+    );
+    let processor = Processor::new(store.clone(), |_: Record| async { Outcome::ack() })
+        .gate(Gate::new(counting, StartingPosition::TrimHorizon))
+        .mode(Mode::PartitionKey);
+    let child = child_with_records(&stream);
+
+    let report = processor
+        .process_batch(
+            delivery(&stream, &child, 0..stream.records(&child).len()),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(
+        store.read(&shard()).await.unwrap().checkpoint.as_deref(),
+        Some(kinesis_checkpoint::SHARD_END),
+        "the gate marked the parent finished"
+    );
+}

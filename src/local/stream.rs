@@ -91,7 +91,8 @@ const EPOCH_MILLIS: u64 = 1_767_225_600_000;
 /// Kinesis routes them; shards split and merged with the same parent links; sequence numbers of
 /// 56 digits, increasing across the stream. Cloning shares the stream.
 ///
-/// It is also a [`Topology`], so the processor's gate can read it.
+/// It is also a [`Topology`], so the processor's gate can read it, and recover the records a
+/// mapping discarded (see [`gap`](crate::gap)).
 ///
 /// ```
 /// use kinesis_checkpoint::local::MemoryStream;
