@@ -755,6 +755,10 @@ impl<H: Handler> Processor<H> {
     }
 
     /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "the steps of one invocation, in order, clearer in one place"
+    )]
     async fn run_shard(&self, group: ShardBatch, invocation: &Invocation) -> ShardReport {
         if self.mode == Mode::PartitionKey {
             return crate::partition_key::run_shard(self, group, invocation).await;
@@ -762,7 +766,7 @@ impl<H: Handler> Processor<H> {
         let ShardBatch { key, entries } = group;
         let owner = invocation.owner.as_str();
         let ttl = invocation.lease_ttl(self.lease_ttl);
-        let mut report = ShardReport::empty(key.clone(), entries.len());
+        let report = ShardReport::empty(key.clone(), entries.len());
         let first = entries.first().map(Entry::position);
 
         let (state, checkpoint, parent_shards) =
@@ -773,22 +777,26 @@ impl<H: Handler> Processor<H> {
 
         // Records the mapping skipped run first; `recovered` of the entries are theirs, and
         // dispatch stops before `cut` (a record not read yet) when the range was read in part.
+        let (recovery, parent_shards, mut report) = match crate::gap::recover_or_release(
+            self,
+            (&key, owner),
+            (&state, checkpoint.as_ref()),
+            parent_shards,
+            entries,
+            invocation,
+            report,
+        )
+        .await
+        {
+            Ok(recovered) => recovered,
+            Err(stopped) => return stopped,
+        };
         let crate::gap::Recovery {
             entries,
             recovered,
             cut,
             gap,
-        } = match crate::gap::recover(self, &key, &state, checkpoint.as_ref(), entries, invocation)
-            .await
-        {
-            Ok(recovery) => recovery,
-            Err((entries, gap, reason)) => {
-                let remember = crate::gap::nothing_ran(&state, checkpoint.as_ref(), first.as_ref());
-                self.release(&key, owner, parent_shards, remember).await;
-                report.gap = Some(gap);
-                return report.stop_all(&entries, reason);
-            }
-        };
+        } = recovery;
         report.gap = gap;
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.

@@ -328,7 +328,7 @@ mod run;
 
 #[cfg(feature = "kinesis")]
 pub(crate) use kinesis::read_range as read_kinesis;
-pub(crate) use run::{Recovery, recover, report, stop_at_unread};
+pub(crate) use run::{Recovery, recover_or_release, report, stop_at_unread};
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,8 @@ pub(crate) struct Recovery {
 }
 
 /// What stops the shard before anything runs: the batch's entries, the range, and why.
-pub(crate) type Unrecovered = (Vec<Entry>, GapReport, StopReason);
+/// Boxed: it is large, and rare.
+pub(crate) type Unrecovered = Box<(Vec<Entry>, GapReport, StopReason)>;
 
 /// Finds the range the mapping skipped before `entries` and reads it through the gate's
 /// topology, within half the invocation's time left (the records must run too) and
@@ -92,8 +93,32 @@ pub(crate) async fn recover<H: Handler>(
             );
             let reason = StopReason::GapUnread(format!("reading them ({range}) failed: {error}"));
             let gap = GapReport::new(range, GapOutcome::Unread(error.to_string()));
-            return Err((entries, gap, reason));
+            return Err(Box::new((entries, gap, reason)));
         }
+    };
+    prepend(
+        processor,
+        key,
+        range,
+        RangeRead { records, complete },
+        entries,
+    )
+}
+
+/// Puts the records read of `range` before the batch's `entries`, unpacked as the batch's are.
+fn prepend<H: Handler>(
+    processor: &Processor<H>,
+    key: &LeaseKey,
+    range: SkippedRange,
+    read: RangeRead,
+    entries: Vec<Entry>,
+) -> Result<Recovery, Unrecovered> {
+    let RangeRead { records, complete } = read;
+    let unchanged = |entries, gap| Recovery {
+        entries,
+        recovered: 0,
+        cut: None,
+        gap,
     };
     if records.is_empty() {
         if complete {
@@ -111,7 +136,7 @@ pub(crate) async fn recover<H: Handler>(
         let reason =
             StopReason::GapUnread(format!("no record {range} could be read in the time left"));
         let gap = GapReport::new(range, GapOutcome::Unread("out of time".to_owned()));
-        return Err((entries, gap, reason));
+        return Err(Box::new((entries, gap, reason)));
     }
     // Read in part: the last record read does not run here; it is where the next invocation
     // reads on from (the row remembers it as the reported record).
@@ -147,6 +172,8 @@ pub(crate) async fn recover<H: Handler>(
         );
         GapOutcome::Partial
     };
+    // Without the `kpl` feature, nothing is unpacked.
+    let _ = processor;
     let count = recovered.len();
     recovered.extend(entries);
     Ok(Recovery {
@@ -155,6 +182,31 @@ pub(crate) async fn recover<H: Handler>(
         cut,
         gap: Some(GapReport::new(range, outcome)),
     })
+}
+
+/// Finds and reads the range the mapping skipped before `entries` (see [`recover`]); when
+/// nothing may run, releases the lease, remembering the batch, and returns the shard's report,
+/// stopped. Otherwise the recovery and the parents to write with the checkpoint.
+pub(crate) async fn recover_or_release<H: Handler>(
+    processor: &Processor<H>,
+    (key, owner): (&LeaseKey, &str),
+    (state, checkpoint): (&LeaseState, Option<&Position>),
+    parent_shards: Vec<String>,
+    entries: Vec<Entry>,
+    invocation: &Invocation,
+    mut report: ShardReport,
+) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
+    let first = entries.first().map(Entry::position);
+    match recover(processor, key, state, checkpoint, entries, invocation).await {
+        Ok(recovery) => Ok((recovery, parent_shards, report)),
+        Err(unrecovered) => {
+            let (entries, gap, reason) = *unrecovered;
+            let remember = super::nothing_ran(state, checkpoint, first.as_ref());
+            processor.release(key, owner, parent_shards, remember).await;
+            report.gap = Some(gap);
+            Err(report.stop_all(&entries, reason))
+        }
+    }
 }
 
 /// Logs a range nothing can read: neither processed nor dead-lettered.
