@@ -53,6 +53,12 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// How long before the deadline dispatching stops, leaving time for the checkpoint write.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
+/// How far another sandbox's clock may run ahead of this one's. The stored lease expiry is this
+/// sandbox's clock plus the TTL, and another invocation judges it by its own clock: this one
+/// stops counting on the lease that much earlier, so two sandboxes never both believe they hold
+/// it.
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
+
 /// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.
 ///
 /// Cloning is cheap: the store and the handler are shared.
@@ -87,6 +93,7 @@ pub struct Processor<H> {
     deaggregate: bool,
     max_attempts: u32,
     lease_ttl: Duration,
+    clock_skew: Duration,
     deadline_margin: Duration,
     max_in_flight: usize,
     max_done_above: usize,
@@ -106,6 +113,7 @@ impl<H> Clone for Processor<H> {
             deaggregate: self.deaggregate,
             max_attempts: self.max_attempts,
             lease_ttl: self.lease_ttl,
+            clock_skew: self.clock_skew,
             deadline_margin: self.deadline_margin,
             max_in_flight: self.max_in_flight,
             max_done_above: self.max_done_above,
@@ -123,6 +131,7 @@ impl<H> fmt::Debug for Processor<H> {
             .field("gate", &self.gate)
             .field("max_attempts", &self.max_attempts)
             .field("lease_ttl", &self.lease_ttl)
+            .field("clock_skew", &self.clock_skew)
             .field("deadline_margin", &self.deadline_margin)
             .field("max_in_flight", &self.max_in_flight)
             .field("max_done_above", &self.max_done_above)
@@ -387,6 +396,7 @@ impl<H: Handler> Processor<H> {
             deaggregate: true,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_ttl: DEFAULT_LEASE_TTL,
+            clock_skew: DEFAULT_CLOCK_SKEW,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             max_in_flight: 1,
             max_done_above: DEFAULT_MAX_DONE_ABOVE,
@@ -503,6 +513,24 @@ impl<H: Handler> Processor<H> {
     #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl.max(Duration::from_millis(3));
+        self
+    }
+
+    /// How far another sandbox's clock may run ahead of this one's (default
+    /// [`DEFAULT_CLOCK_SKEW`]). The stored lease expiry is this sandbox's clock plus the TTL and
+    /// a concurrent delivery elsewhere judges it by its own clock, so this invocation stops
+    /// relying on its lease that much before the expiry it wrote. The margin never exceeds a
+    /// third of the lease's TTL; keep the TTL well above the skew.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .clock_skew(Duration::from_millis(2_500));
+    /// ```
+    #[must_use]
+    pub const fn clock_skew(mut self, skew: Duration) -> Self {
+        self.clock_skew = skew;
         self
     }
 
@@ -765,19 +793,34 @@ impl<H: Handler> Processor<H> {
         }
         let ShardBatch { key, entries } = group;
         let owner = invocation.owner.as_str();
-        let ttl = invocation.lease_ttl(self.lease_ttl);
+        let skew = self.clock_skew.min(self.lease_ttl / 3);
+        let ttl = invocation.lease_ttl(self.lease_ttl, skew);
         let report = ShardReport::empty(key.clone(), entries.len());
         let first = entries.first().map(Entry::position);
 
-        let (state, checkpoint, parent_shards) =
-            match self.claim(&key, owner, ttl, first.as_ref()).await {
-                Ok(claimed) => claimed,
-                Err(reason) => return report.stop_all(&entries, reason),
-            };
+        // The stored expiry is counted from when the claim was sent, not from its answer: the
+        // local view of the lease starts there too, and lapses a skew margin early.
+        let lease = LeaseWatch::starting_at(now_millis(), ttl, skew);
+        let state = match self.claim(&key, owner, ttl).await {
+            Ok(state) => state,
+            Err(reason) => return report.stop_all(&entries, reason),
+        };
+        // The gate may read Kinesis for a while: the lease is renewed meanwhile, and a gate that
+        // outlasts it leaves nothing dispatched.
+        let gated = tokio::select! {
+            biased;
+            gated = self.pass_gate(&key, owner, &state, first.as_ref()) => gated,
+            () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+        };
+        let (checkpoint, parent_shards) = match gated {
+            Ok(gated) => gated,
+            Err(reason) => return report.stop_all(&entries, reason),
+        };
 
         // Records the mapping skipped run first; `recovered` of the entries are theirs, and
         // dispatch stops before `cut` (a record not read yet) when the range was read in part.
-        let (recovery, parent_shards, mut report) = match crate::gap::recover_or_release(
+        // Reading them may take a while: the lease is renewed meanwhile.
+        let recovering = crate::gap::recover_or_release(
             self,
             (&key, owner),
             (&state, checkpoint.as_ref()),
@@ -785,9 +828,13 @@ impl<H: Handler> Processor<H> {
             entries,
             invocation,
             report,
-        )
-        .await
-        {
+        );
+        let recovered = tokio::select! {
+            biased;
+            recovered = recovering => recovered,
+            () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+        };
+        let (recovery, parent_shards, mut report) = match recovered {
             Ok(recovered) => recovered,
             Err(stopped) => return stopped,
         };
@@ -823,7 +870,6 @@ impl<H: Handler> Processor<H> {
         let runnable = cut.map_or(pending.len(), |cut| cut.saturating_sub(skipped));
 
         // Dispatch, with the lease renewed in the background while it runs.
-        let lease = LeaseWatch::new(ttl);
         let failing = state.failing.clone();
         let mut dispatched = tokio::select! {
             biased;
@@ -888,16 +934,14 @@ impl<H: Handler> Processor<H> {
         report
     }
 
-    /// Claims the shard's lease and reads its row in one request, then passes the gate: a
-    /// child shard waits until its parents are finished. Returns the row, its checkpoint and the
-    /// parents just learnt; or why nothing may run, the lease released.
+    /// Claims the shard's lease and reads its row in one request; or says why nothing may run,
+    /// the lease released.
     async fn claim(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
-        first: Option<&Position>,
-    ) -> Result<(LeaseState, Option<Position>, Vec<String>), StopReason> {
+    ) -> Result<LeaseState, StopReason> {
         let state = match self.store.acquire_and_read(key, owner, ttl).await {
             Ok(Claim::Acquired(state)) => state,
             Ok(Claim::Held(state)) => {
@@ -915,6 +959,19 @@ impl<H: Handler> Processor<H> {
                 return Err(StopReason::Store(error.to_string()));
             }
         };
+        Ok(state)
+    }
+
+    /// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its
+    /// parents are finished. Returns the checkpoint and the parents just learnt; or why nothing
+    /// may run, the lease released.
+    async fn pass_gate(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        state: &LeaseState,
+        first: Option<&Position>,
+    ) -> Result<(Option<Position>, Vec<String>), StopReason> {
         let checkpoint = match state.position() {
             Ok(checkpoint) => checkpoint,
             Err(error) => {
@@ -925,19 +982,19 @@ impl<H: Handler> Processor<H> {
             }
         };
         let Some(gate) = &self.gate else {
-            return Ok((state, checkpoint, Vec::new()));
+            return Ok((checkpoint, Vec::new()));
         };
-        let verdict = gate.check(self.store.as_ref(), key, &state).await;
+        let verdict = gate.check(self.store.as_ref(), key, state).await;
         if let Some(held) = verdict.held {
             tracing::warn!(%held, "holding the shard back until its parents are finished");
             // The row remembers the held batch: if the mapping gives up on it, the batch after
             // it is caught as a gap once the parents are finished.
-            let remember = crate::gap::nothing_ran(&state, checkpoint.as_ref(), first);
+            let remember = crate::gap::nothing_ran(state, checkpoint.as_ref(), first);
             self.release(key, owner, verdict.learnt_parents, remember)
                 .await;
             return Err(StopReason::Held(held));
         }
-        Ok((state, checkpoint, verdict.learnt_parents))
+        Ok((checkpoint, verdict.learnt_parents))
     }
 
     /// Releases the lease without progress (keeping the parents just learnt); a failure only
@@ -1137,6 +1194,17 @@ impl<H: Handler> Processor<H> {
             }
             Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
             Ok(Outcome::Reject(error)) => (StopReason::Rejected(error.to_string()), true),
+            // Cut by the invocation's deadline, not by its own fault: a record started late had
+            // no fair chance, and its effect may still land. Only a record given at least half
+            // of the invocation's time counts an attempt, so one that hangs is still
+            // dead-lettered in the end (it comes first in the redelivery, with the whole time).
+            Err(StopReason::HandlerTimedOut) if !invocation.had_fair_share(now) => {
+                tracing::warn!(
+                    sequence = %record.sequence(),
+                    "the record started late and was cut by the deadline; not counted as an attempt"
+                );
+                return Err(StopReason::HandlerTimedOut);
+            }
             Err(reason) => (reason, false),
         };
         self.failed(record, reason, rejected, failing).await
@@ -1211,9 +1279,10 @@ impl<H: Handler> Processor<H> {
     ) {
         loop {
             tokio::time::sleep(lease.ttl / 3).await;
-            let ttl = invocation.lease_ttl(lease.ttl);
+            let ttl = invocation.lease_ttl(lease.ttl, lease.skew());
+            let sent = now_millis();
             match self.store.renew(key, owner, ttl).await {
-                Ok(true) => lease.renewed(ttl),
+                Ok(true) => lease.renewed(sent, ttl),
                 Ok(false) => {
                     tracing::error!(
                         stream = key.stream(),
@@ -1317,6 +1386,8 @@ const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
 /// This invocation's identity and deadline.
 pub(crate) struct Invocation {
     owner: String,
+    /// When the batch arrived, epoch milliseconds.
+    started: u64,
     /// Epoch milliseconds; `None` when the context has none (a test's default context).
     deadline: Option<u64>,
 }
@@ -1336,7 +1407,9 @@ impl Invocation {
             context.request_id.clone()
         };
         let function = &context.env_config.function_name;
+        let started = now_millis();
         Self {
+            started,
             owner: if function.is_empty() {
                 request
             } else {
@@ -1347,7 +1420,7 @@ impl Invocation {
                 // `cargo lambda watch` (1.9) sends its timeout, not an epoch deadline. A value
                 // before 2001 cannot be a deadline: read it as the time left from now.
                 relative if relative < PLAUSIBLE_EPOCH_MILLIS => {
-                    Some(now_millis().saturating_add(relative))
+                    Some(started.saturating_add(relative))
                 }
                 deadline => Some(deadline),
             },
@@ -1364,33 +1437,68 @@ impl Invocation {
             .map(|deadline| Duration::from_millis(deadline.saturating_sub(now)))
     }
 
-    /// A lease never outlives the invocation that holds it.
-    fn lease_ttl(&self, wanted: Duration) -> Duration {
+    /// Whether a record started at `started` (epoch milliseconds) had at least half of the
+    /// invocation's time: only then is a run into the deadline the record's own fault.
+    fn had_fair_share(&self, started: u64) -> bool {
+        self.deadline.is_none_or(|deadline| {
+            let budget = deadline.saturating_sub(self.started);
+            deadline.saturating_sub(started) >= budget / 2
+        })
+    }
+
+    /// A lease outlives the invocation that holds it by the clock-skew margin at most: an
+    /// invocation that dies blocks its shard that long past its deadline, and the local view of
+    /// the lease (which ends a margin early) lasts to the deadline.
+    fn lease_ttl(&self, wanted: Duration, skew: Duration) -> Duration {
         self.time_left().map_or(wanted, |left| {
-            wanted.min(left).max(Duration::from_millis(1))
+            wanted.min(left + skew).max(Duration::from_millis(1))
         })
     }
 }
 
 /// The lease as dispatch sees it: lost when a renew was refused or when it lapsed without one.
+///
+/// The store's expiry is the writer's clock at the request plus the TTL, and a rival judges it
+/// by its own clock: the local view counts from the moment the request was *sent* and ends a
+/// skew margin early, so it never outlives the stored lease, however slow the answer or the
+/// gate, and whichever sandbox's clock runs ahead.
 pub(crate) struct LeaseWatch {
     ttl: Duration,
+    skew: u64,
     lost: AtomicBool,
     lapses_at: AtomicU64,
 }
 
 impl LeaseWatch {
+    /// A lease that never lapses (the partition-key mode holds none).
     pub(crate) fn new(ttl: Duration) -> Self {
+        Self::starting_at(now_millis(), ttl, Duration::ZERO)
+    }
+
+    /// A lease for `ttl` whose claim was sent at `sent` (epoch milliseconds).
+    pub(crate) fn starting_at(sent: u64, ttl: Duration, skew: Duration) -> Self {
+        let skew = millis(skew);
         Self {
             ttl,
+            skew,
             lost: AtomicBool::new(false),
-            lapses_at: AtomicU64::new(now_millis().saturating_add(millis(ttl))),
+            lapses_at: AtomicU64::new(Self::lapse(sent, ttl, skew)),
         }
     }
 
-    fn renewed(&self, ttl: Duration) {
+    fn lapse(sent: u64, ttl: Duration, skew: u64) -> u64 {
+        sent.saturating_add(millis(ttl)).saturating_sub(skew)
+    }
+
+    /// The margin the local view ends early by.
+    fn skew(&self) -> Duration {
+        Duration::from_millis(self.skew)
+    }
+
+    /// A renew sent at `sent` (epoch milliseconds) was granted for `ttl`.
+    fn renewed(&self, sent: u64, ttl: Duration) {
         self.lapses_at
-            .store(now_millis().saturating_add(millis(ttl)), Ordering::Relaxed);
+            .store(Self::lapse(sent, ttl, self.skew), Ordering::Relaxed);
     }
 
     fn fence(&self) {

@@ -1,0 +1,225 @@
+//! What the clock does to a batch: a record cut by the invocation's deadline is not charged for
+//! it unless it had a fair share of the time, and the local view of the lease never outlives the
+//! stored one (counted from the claim's request, renewed while the gate reads the stream).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{batch, context, n_of, redeliver_from, sequence};
+use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
+use kinesis_checkpoint::{
+    BoxFuture, DeadLetterSink, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome,
+    Processor, Record, StopReason,
+};
+
+const STREAM: &str = "orders";
+const SHARD: &str = "shardId-000000000000";
+
+fn key() -> LeaseKey {
+    LeaseKey::new(STREAM, SHARD)
+}
+
+/// Every record the handler saw to its end, in order, across invocations and processors.
+#[derive(Clone, Default)]
+struct Handled(Arc<Mutex<Vec<u64>>>);
+
+impl Handled {
+    fn all(&self) -> Vec<u64> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_healthy_record_started_near_the_deadline_is_not_charged_an_attempt_nor_dead_lettered() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let sink = Arc::new(MemoryDeadLetters::new());
+    let handled = Handled::default();
+    let seen = handled.clone();
+    // Record 0 takes most of the invocation; record 1 needs 400 ms and starts with about 300 ms
+    // left, so the deadline cuts it. One attempt is all a record gets before it is dead-lettered.
+    let processor = Processor::new(store.clone(), move |record: Record| {
+        let seen = seen.clone();
+        async move {
+            let n = n_of(&record);
+            let work = if n == 0 { 900 } else { 400 };
+            tokio::time::sleep(Duration::from_millis(work)).await;
+            seen.0.lock().unwrap().push(n);
+            Outcome::ack()
+        }
+    })
+    .dead_letters(sink.clone() as Arc<dyn DeadLetterSink>)
+    .max_attempts(1)
+    .deadline_margin(Duration::from_millis(100));
+
+    let first = processor
+        .process_batch(batch(STREAM, SHARD, 0..3), &context("r1", 1_300))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        first.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::HandlerTimedOut))
+    );
+    assert!(
+        sink.letters().is_empty(),
+        "a record cut by the deadline is no poison"
+    );
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(0)));
+    assert_eq!(
+        row.failing, None,
+        "the cut is not counted as a failed attempt"
+    );
+
+    // Delivered again with the whole invocation to itself, it succeeds.
+    let again = processor
+        .process_batch(
+            redeliver_from(&batch(STREAM, SHARD, 0..3), &sequence(1)),
+            &context("r2", 5_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.shards[0].stopped, None);
+    assert_eq!(handled.all(), [0, 1, 2]);
+    assert!(sink.letters().is_empty());
+}
+
+#[tokio::test]
+async fn a_record_that_hangs_with_the_whole_invocation_to_itself_is_dead_lettered_in_the_end() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let sink = Arc::new(MemoryDeadLetters::new());
+    let processor = Processor::new(store.clone(), |record: Record| async move {
+        if n_of(&record) == 0 {
+            std::future::pending::<()>().await;
+        }
+        Outcome::ack()
+    })
+    .dead_letters(sink.clone() as Arc<dyn DeadLetterSink>)
+    .max_attempts(2)
+    .deadline_margin(Duration::from_millis(100));
+
+    let events = batch(STREAM, SHARD, 0..2);
+    let first = processor
+        .process_batch(events.clone(), &context("r1", 400))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.shards[0].stopped,
+        Some((sequence(0).parse().unwrap(), StopReason::HandlerTimedOut))
+    );
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(
+        row.failing
+            .as_ref()
+            .map(|failing| (failing.sequence.clone(), failing.attempts)),
+        Some((sequence(0), 1)),
+        "a record that had the whole time counts its attempt"
+    );
+
+    let second = processor
+        .process_batch(events, &context("r2", 400))
+        .await
+        .unwrap();
+    // Its second whole-time attempt is its last: it is dead-lettered, and the deadline then
+    // leaves no time for the record after it.
+    assert_eq!(
+        second.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::Deadline))
+    );
+    let letters = sink.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].record.sequence().to_string(), sequence(0));
+    assert_eq!(letters[0].attempts, 2);
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(0)));
+    assert_eq!(row.failing, None);
+}
+
+/// A stream of one shard whose listing takes `delay`: a gate that reads it for longer than the
+/// lease lives.
+struct SlowListing {
+    delay: Duration,
+}
+
+impl Topology for SlowListing {
+    fn shards<'a>(
+        &'a self,
+        _stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ShardInfo>, TopologyError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            Ok(vec![ShardInfo::new(SHARD, Vec::<String>::new(), false)])
+        })
+    }
+
+    fn exhausted<'a>(
+        &'a self,
+        _stream: &'a str,
+        _shard: &'a str,
+        _after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, TopologyError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn retention<'a>(&'a self, _stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
+        Box::pin(async { Ok(Duration::from_hours(24)) })
+    }
+}
+
+#[tokio::test]
+async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot_take_it() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let handled = Handled::default();
+    let acking = |handled: Handled| {
+        move |record: Record| {
+            let handled = handled.clone();
+            async move {
+                handled.0.lock().unwrap().push(n_of(&record));
+                Outcome::ack()
+            }
+        }
+    };
+    // The gate takes 2.5 s to list the stream; the lease lives 1 s unless renewed.
+    let gated = Processor::new(store.clone(), acking(handled.clone()))
+        .gate(Gate::new(
+            Arc::new(SlowListing {
+                delay: Duration::from_millis(2_500),
+            }),
+            StartingPosition::TrimHorizon,
+        ))
+        .lease_ttl(Duration::from_secs(1));
+    let first = tokio::spawn({
+        let gated = gated.clone();
+        async move {
+            gated
+                .process_batch(batch(STREAM, SHARD, 0..5), &context("gated", 60_000))
+                .await
+        }
+    });
+
+    // A concurrent delivery of the same records, while the first is still in the gate and past
+    // its lease's first lifetime.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let concurrent = Processor::new(store.clone(), acking(handled.clone()))
+        .process_batch(batch(STREAM, SHARD, 0..5), &context("concurrent", 60_000))
+        .await
+        .unwrap();
+
+    assert!(
+        matches!(
+            concurrent.shards[0].stopped,
+            Some((_, StopReason::LeaseHeld { .. }))
+        ),
+        "the lease was renewed during the gate: {:?}",
+        concurrent.shards[0].stopped
+    );
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.shards[0].stopped, None);
+    assert_eq!(handled.all(), [0, 1, 2, 3, 4], "every record ran once");
+    assert_eq!(
+        store.read(&key()).await.unwrap().checkpoint,
+        Some(sequence(4))
+    );
+}
