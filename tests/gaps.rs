@@ -22,7 +22,7 @@ use kinesis_checkpoint::gate::{
 use kinesis_checkpoint::metrics::Metrics;
 use kinesis_checkpoint::{
     BatchReport, BoxFuture, Disposition, DynamoLeaseStore, Handler, LeaseKey, LeaseState,
-    LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, StopReason,
+    LeaseStore, MemoryLeaseStore, Outcome, Position, Processor, Record, StopReason,
 };
 use serde_json::Value;
 use tracing_subscriber::fmt::MakeWriter;
@@ -589,4 +589,132 @@ async fn with_the_local_mappings_age_discards_every_record_is_recovered_once_in_
         "the mapping gave up on records too old"
     );
     assert_all_once_in_order(seen, 300, 9, discarded.len());
+}
+
+/// The records of a memory stream's `shard`, `range` of them, as one delivery.
+fn memory_delivery(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    range: std::ops::Range<usize>,
+) -> KinesisEvent {
+    use base64::Engine;
+    let records: Vec<Value> = stream.records(shard)[range]
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": r.partition_key,
+                    "sequenceNumber": r.sequence,
+                    "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
+                    "approximateArrivalTimestamp": 1_764_512_345.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("{shard}:{}", r.sequence),
+                "eventName": "aws:kinesis:record",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+            })
+        })
+        .collect();
+    common::event(&records)
+}
+
+/// A KPL aggregate made by `aws-kinesis-agg` (`tests/fixtures/kpl`), as the bytes Kinesis holds.
+fn aggregate_bytes(name: &str) -> Vec<u8> {
+    use base64::Engine;
+    let path = common::root().join(format!("tests/fixtures/kpl/{name}.json"));
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    base64::engine::general_purpose::STANDARD
+        .decode(fixture["data_base64"].as_str().unwrap())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_gap_that_starts_inside_a_kpl_aggregate_runs_its_remaining_sub_records_first() {
+    use kinesis_checkpoint::local::MemoryStream;
+    let stream = MemoryStream::new("orders", 1);
+    stream.put("plain", "p0");
+    let aggregate = stream.put("customer", aggregate_bytes("ten_sub_records"));
+    for text in ["p2", "p3", "p4"] {
+        stream.put("plain", text);
+    }
+    // Sub-record 4 of the aggregate fails twice.
+    let seen: Arc<Mutex<Vec<(String, Option<u64>)>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        let failures = Arc::new(AtomicUsize::new(0));
+        move |record: Record| {
+            let outcome = if record.sub_sequence() == Some(4)
+                && failures.fetch_add(1, Ordering::SeqCst) < 2
+            {
+                Outcome::retry("downstream unavailable")
+            } else {
+                seen.lock()
+                    .unwrap()
+                    .push((record.sequence().to_string(), record.sub_sequence()));
+                Outcome::ack()
+            };
+            std::future::ready(outcome)
+        }
+    };
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::new(store.clone(), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+
+    let first = processor
+        .process_batch(memory_delivery(&stream, SHARD, 0..3), &context("a", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.shards[0].stopped.as_ref().map(|(s, _)| s.to_string()),
+        Some(aggregate.clone())
+    );
+    let row = store.read(&LeaseKey::new("orders", SHARD)).await.unwrap();
+    assert_eq!(
+        row.reported,
+        Some(Position::sub_record(aggregate.parse().unwrap(), 4))
+    );
+    // The mapping gives up on it; the next batch (p3, p4) finds the gap inside the aggregate,
+    // whose sub-record 4 fails again: the batch is reported, the row still names sub-record 4.
+    let second = processor
+        .process_batch(memory_delivery(&stream, SHARD, 3..5), &context("b", 60_000))
+        .await
+        .unwrap();
+    let p3 = stream.records(SHARD)[3].sequence.clone();
+    assert_eq!(
+        second.shards[0]
+            .stopped
+            .as_ref()
+            .map(|(s, _)| s.to_string()),
+        Some(p3.clone()),
+        "{second:?}"
+    );
+    let gap = second.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(
+        gap.range.to_string(),
+        format!("from {aggregate} up to {p3}")
+    );
+    assert_eq!(
+        gap.recovered
+            .iter()
+            .filter(|r| r.disposition == Disposition::Duplicate)
+            .count(),
+        4,
+        "sub-records 0 to 3 were done"
+    );
+    let third = processor
+        .process_batch(memory_delivery(&stream, SHARD, 3..5), &context("c", 60_000))
+        .await
+        .unwrap();
+    assert!(third.shards[0].stopped.is_none(), "{third:?}");
+
+    let records = stream.records(SHARD);
+    let mut expected = vec![(records[0].sequence.clone(), None)];
+    expected.extend((0..10).map(|sub| (aggregate.clone(), Some(sub))));
+    expected.extend(records[2..].iter().map(|r| (r.sequence.clone(), None)));
+    assert_eq!(*seen.lock().unwrap(), expected, "once each, in order");
 }
