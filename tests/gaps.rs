@@ -631,6 +631,9 @@ fn aggregate_bytes(name: &str) -> Vec<u8> {
         .unwrap()
 }
 
+/// A record the handler saw: its sequence number and sub-sequence.
+type Sub = (String, Option<u64>);
+
 #[tokio::test]
 async fn a_gap_that_starts_inside_a_kpl_aggregate_runs_its_remaining_sub_records_first() {
     use kinesis_checkpoint::local::MemoryStream;
@@ -641,7 +644,7 @@ async fn a_gap_that_starts_inside_a_kpl_aggregate_runs_its_remaining_sub_records
         stream.put("plain", text);
     }
     // Sub-record 4 of the aggregate fails twice.
-    let seen: Arc<Mutex<Vec<(String, Option<u64>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Sub>>> = Arc::default();
     let handler = {
         let seen = seen.clone();
         let failures = Arc::new(AtomicUsize::new(0));
