@@ -721,3 +721,60 @@ async fn a_gap_that_starts_inside_a_kpl_aggregate_runs_its_remaining_sub_records
     expected.extend(records[2..].iter().map(|r| (r.sequence.clone(), None)));
     assert_eq!(*seen.lock().unwrap(), expected, "once each, in order");
 }
+
+#[tokio::test]
+async fn a_batch_cut_by_the_deadline_is_remembered_and_its_skipped_rest_recovered() {
+    use kinesis_checkpoint::local::MemoryStream;
+    let stream = MemoryStream::new("orders", 1);
+    for n in 0..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let seen = seen.clone();
+            async move {
+                let n = record.json::<Value>().unwrap()["n"].as_u64().unwrap();
+                if n == 1 {
+                    // Runs into the deadline (its margin included) of a short invocation.
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                }
+                seen.0.lock().unwrap().push(n);
+                Outcome::ack()
+            }
+        }
+    };
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::new(store.clone(), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+
+    let first = processor
+        .process_batch(memory_delivery(&stream, SHARD, 0..5), &context("a", 1_500))
+        .await
+        .unwrap();
+    let one = stream.records(SHARD)[1].sequence.clone();
+    assert!(
+        matches!(
+            &first.shards[0].stopped,
+            Some((at, StopReason::Deadline | StopReason::HandlerTimedOut)) if at.to_string() == one
+        ),
+        "{first:?}"
+    );
+    let row = store.read(&LeaseKey::new("orders", SHARD)).await.unwrap();
+    assert_eq!(row.reported.map(|r| r.to_string()), Some(one));
+    // The mapping gives up on records 1 to 4; the next batch holds 5 to 7.
+    let next = processor
+        .process_batch(memory_delivery(&stream, SHARD, 5..8), &context("b", 60_000))
+        .await
+        .unwrap();
+    assert!(next.shards[0].stopped.is_none(), "{next:?}");
+    assert_eq!(next.shards[0].gap.as_ref().unwrap().recovered.len(), 4);
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}
