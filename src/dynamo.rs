@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::lease::{
     Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, RowForm, checkpoint_and_release_by_commit,
+    LeaseState, LeaseStore, ReportedChange, RowForm, checkpoint_and_release_by_commit,
 };
 use crate::memory::{millis, now_millis};
 use crate::sequence::Position;
@@ -48,6 +48,7 @@ const PARENTS: &str = "parent_shards";
 const FAILING: &str = "failing";
 const EXPIRES_AT: &str = "expires_at";
 const DONE_ABOVE: &str = "done_above";
+const REPORTED: &str = "reported";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -469,6 +470,7 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .and_then(|v| v.as_ss().ok())
         .map(|positions| positions_of(positions))
         .unwrap_or_default();
+    state.reported = string(REPORTED).and_then(|member| positions_of(&[member]).pop());
     state
 }
 
@@ -877,6 +879,17 @@ impl LeaseStore for DynamoLeaseStore {
                     request = request.expression_attribute_values(
                         ":done_above",
                         AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
+                    );
+                }
+            }
+            match &commit.reported {
+                ReportedChange::Keep => {}
+                ReportedChange::Clear => clauses.remove.push(REPORTED),
+                ReportedChange::Set(position) => {
+                    clauses.set.push("reported = :reported");
+                    request = request.expression_attribute_values(
+                        ":reported",
+                        AttributeValue::S(position.to_string()),
                     );
                 }
             }

@@ -27,8 +27,10 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::gap::{CannotRead, RangeRead, ReadBudget, SkippedRange};
 use crate::lease::{BoxFuture, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
 use crate::memory::now_millis;
+use crate::parent_scan::ParentScan;
 use crate::record::Record;
 
 /// What the gate knows of one shard.
@@ -122,6 +124,23 @@ pub trait Topology: Send + Sync + 'static {
 
     /// How long the stream keeps records.
     fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>>;
+
+    /// The records of `shard` in `range`, oldest first and still packed when aggregated, within
+    /// `budget`: what the processor runs first when the mapping skipped records (see
+    /// [`gap`](crate::gap)). Asked only once a gap is proven, never for a normal batch.
+    ///
+    /// The default cannot read records: it fails with [`CannotRead`], and the processor logs
+    /// the gap as an error, counts it in the `Gap` metric and goes on.
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a SkippedRange,
+        budget: ReadBudget,
+    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+        let _ = (range, budget);
+        Box::pin(async move { Err(Box::new(CannotRead::new(stream, shard)) as TopologyError) })
+    }
 
     /// Every record of the closed `shard`, oldest first: what the gate checks a parent against
     /// in the [partition-key mode](crate::partition_key), where no shard checkpoint says how far
@@ -257,6 +276,8 @@ pub struct Gate {
     retention: Option<Duration>,
     shards: Mutex<HashMap<String, HashMap<String, ShardInfo>>>,
     finished: Mutex<HashSet<LeaseKey>>,
+    /// What the partition-key mode learnt of closed parents not yet finished.
+    scans: Mutex<HashMap<LeaseKey, ParentScan>>,
 }
 
 impl fmt::Debug for Gate {
@@ -291,6 +312,7 @@ impl Gate {
             retention: None,
             shards: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashSet::new()),
+            scans: Mutex::new(HashMap::new()),
         }
     }
 
@@ -308,6 +330,11 @@ impl Gate {
     pub const fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self
+    }
+
+    /// Where the gate reads the stream: also what reads records the mapping skipped.
+    pub(crate) fn topology(&self) -> &dyn Topology {
+        self.topology.as_ref()
     }
 
     /// Whether the shard of `key`, whose row is `state`, may run now.
@@ -393,62 +420,110 @@ impl Gate {
             Ok(closed) => closed,
             Err(settled) => return Ok(settled),
         };
-        let records = self
-            .topology
-            .records(parent.stream(), parent.shard())
-            .await?;
-        let records: Vec<Record> = records
-            .into_iter()
-            .flat_map(|record| match crate::kpl::deaggregate(record) {
-                Ok(records) => records.into_records(),
-                Err(error) => vec![error.into_record()],
-            })
-            .collect();
+        // A consumer of the whole shard sharing the table (the seed crate's) may have
+        // checkpointed the parent: its records up to there are done, whatever their key.
+        let shard_checkpoint = row.position()?;
+        let mut scan = self.take_scan(parent);
+        let verdict = self
+            .scan_parent(store, parent, shard_checkpoint.as_ref(), &mut scan)
+            .await;
+        let empty = scan.ends.is_empty();
+        self.keep_scan(parent, scan);
+        if let Some(held) = verdict? {
+            return Ok(Some(held));
+        }
         // An empty parent is finished only once its own parents are (see `parent_finished`).
-        if records.is_empty()
+        if empty
             && let Some(held) = self
                 .ancestors_finished(store, parent, &info.parents, true)
                 .await?
         {
             return Ok(Some(held));
         }
-        let mut partition_keys: Vec<&str> = records.iter().map(Record::partition_key).collect();
-        partition_keys.sort_unstable();
-        partition_keys.dedup();
-        let rows: Vec<LeaseKey> = partition_keys
-            .iter()
-            .map(|partition_key| crate::partition_key::row_key(parent, partition_key))
-            .collect();
-        let states = store.read_rows(&rows).await?;
-        let mut checkpoints = HashMap::with_capacity(rows.len());
-        for (partition_key, state) in partition_keys.iter().zip(&states) {
-            checkpoints.insert(
-                *partition_key,
-                (state.position()?, state.lease_counter == 0),
-            );
-        }
-        let waiting = records.iter().find(|record| {
-            let (checkpoint, never_read) = &checkpoints[record.partition_key()];
-            let done = checkpoint
-                .as_ref()
-                .is_some_and(|checkpoint| record.position() <= *checkpoint);
-            // A key never read here may never come when the mapping does not start at the
-            // horizon; at the horizon it will.
-            !done && (!never_read || self.starting_position == StartingPosition::TrimHorizon)
-        });
-        if let Some(record) = waiting {
-            return Ok(Some(Held::Unfinished {
-                parent: parent.shard().to_owned(),
-                checkpoint: Some(format!(
-                    "record {} of partition key {} is not done",
-                    record.position(),
-                    record.partition_key()
-                )),
-            }));
-        }
         self.finish(store, parent, row.checkpoint.as_deref())
             .await?;
+        if self.is_finished(parent) {
+            // Finished stays finished: what was learnt of it is no longer needed.
+            self.take_scan(parent);
+        }
         Ok(None)
+    }
+
+    /// Checks the closed `parent`'s keys against their rows, reading on in the parent only
+    /// when every key known so far is done: `None` once every key of the whole parent is.
+    async fn scan_parent(
+        &self,
+        store: &dyn LeaseStore,
+        parent: &LeaseKey,
+        shard_checkpoint: Option<&crate::sequence::Position>,
+        scan: &mut ParentScan,
+    ) -> Result<Option<Held>, LeaseError> {
+        let mut read = false;
+        loop {
+            let pending: Vec<String> = scan.pending().into_iter().map(str::to_owned).collect();
+            if !pending.is_empty() {
+                let rows: Vec<LeaseKey> = pending
+                    .iter()
+                    .map(|partition_key| crate::partition_key::row_key(parent, partition_key))
+                    .collect();
+                let states = store.read_rows(&rows).await?;
+                let mut waiting = None;
+                for (partition_key, state) in pending.iter().zip(&states) {
+                    let end = &scan.ends[partition_key];
+                    let done = state
+                        .position()?
+                        .iter()
+                        .chain(shard_checkpoint)
+                        .any(|checkpoint| end <= checkpoint);
+                    // A key never read here may never come when the mapping does not start
+                    // at the horizon; at the horizon it will.
+                    let never_read = state.lease_counter == 0;
+                    if done {
+                        scan.done.insert(partition_key.clone());
+                    } else if waiting.is_none()
+                        && (!never_read || self.starting_position == StartingPosition::TrimHorizon)
+                    {
+                        waiting = Some(crate::parent_scan::describe(partition_key, end));
+                    }
+                }
+                if let Some(waiting) = waiting {
+                    return Ok(Some(Held::Unfinished {
+                        parent: parent.shard().to_owned(),
+                        checkpoint: Some(waiting),
+                    }));
+                }
+            }
+            if scan.complete {
+                return Ok(None);
+            }
+            if read {
+                // One part per check: the next held batch reads on.
+                return Ok(Some(Held::Unfinished {
+                    parent: parent.shard().to_owned(),
+                    checkpoint: Some(format!(
+                        "{} partition keys of the closed parent read so far, all done; reading on",
+                        scan.ends.len()
+                    )),
+                }));
+            }
+            scan.read_on(self.topology.as_ref(), parent).await?;
+            read = true;
+        }
+    }
+
+    fn take_scan(&self, parent: &LeaseKey) -> ParentScan {
+        self.scans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(parent)
+            .unwrap_or_default()
+    }
+
+    fn keep_scan(&self, parent: &LeaseKey, scan: ParentScan) {
+        self.scans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(parent.clone(), scan);
     }
 
     /// `None` when every one of `parents` (of the shard `of`) is finished; why it waits
@@ -663,6 +738,7 @@ mod kinesis {
     use aws_sdk_kinesis::types::ShardIteratorType;
 
     use super::{ShardInfo, Topology, TopologyError};
+    use crate::gap::{RangeRead, ReadBudget, SkippedRange};
     use crate::lease::{BoxFuture, LeaseKey};
     use crate::record::Record;
 
@@ -684,6 +760,7 @@ mod kinesis {
     #[derive(Debug, Clone)]
     pub struct KinesisTopology {
         client: Client,
+        records_per_page: Option<i32>,
     }
 
     impl KinesisTopology {
@@ -699,7 +776,24 @@ mod kinesis {
         pub fn new(config: &aws_config::SdkConfig) -> Self {
             Self {
                 client: Client::new(config),
+                records_per_page: None,
             }
+        }
+
+        /// At most `records` per `GetRecords` page when reading records the mapping skipped
+        /// (by default Kinesis's own limit, 10,000): smaller pages keep each answer under the
+        /// 10 MB a page may carry when records are large.
+        ///
+        /// ```no_run
+        /// # use kinesis_checkpoint::gate::KinesisTopology;
+        /// # async fn run() {
+        /// let topology = KinesisTopology::new(&aws_config::load_from_env().await).records_per_page(1_000);
+        /// # }
+        /// ```
+        #[must_use]
+        pub const fn records_per_page(mut self, records: i32) -> Self {
+            self.records_per_page = Some(records);
+            self
         }
     }
 
@@ -871,6 +965,20 @@ mod kinesis {
                     iterator = page.next_shard_iterator;
                 }
                 Ok(records)
+            })
+        }
+
+        fn read_range<'a>(
+            &'a self,
+            stream: &'a str,
+            shard: &'a str,
+            range: &'a SkippedRange,
+            budget: ReadBudget,
+        ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+            Box::pin(async move {
+                let key = LeaseKey::new(stream, shard);
+                crate::gap::read_kinesis(&self.client, &key, range, budget, self.records_per_page)
+                    .await
             })
         }
 

@@ -162,6 +162,11 @@ pub struct LeaseState {
     /// order, and a redelivery skips these. Bounded by
     /// [`Processor::max_done_above`](crate::Processor::max_done_above).
     pub done_above: Vec<Position>,
+    /// The record this toolkit last reported to Lambda for the shard and has not done since
+    /// (or the first record of a range the mapping skipped and that is not recovered yet): a
+    /// batch that starts after it proves that the mapping discarded records (see
+    /// [`gap`](crate::gap)). Meaningful only while it is above the checkpoint.
+    pub reported: Option<Position>,
 }
 
 impl LeaseState {
@@ -302,6 +307,28 @@ pub enum FailingChange {
     Clear,
 }
 
+/// What the last write of an invocation does to the row's [`reported`](LeaseState::reported)
+/// record, the one a later batch is checked against for records the mapping skipped.
+///
+/// ```
+/// use kinesis_checkpoint::{Commit, Position, ReportedChange};
+///
+/// let mut commit = Commit::default();
+/// assert_eq!(commit.reported, ReportedChange::Keep);
+/// commit.reported = ReportedChange::Set(Position::record("42".parse()?));
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ReportedChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// This record was reported (or is the first of a skipped range still to recover).
+    Set(Position),
+    /// Nothing is outstanding: the whole batch was done.
+    Clear,
+}
+
 /// The last write of an invocation: progress to record, and the failing record to remember.
 ///
 /// ```
@@ -329,6 +356,8 @@ pub struct Commit {
     /// The records done above the new checkpoint, when they changed (`Some` of an empty list
     /// forgets them all; `None` leaves them as they are).
     pub done_above: Option<Vec<Position>>,
+    /// The change to the record reported to Lambda (see [`LeaseState::reported`]).
+    pub reported: ReportedChange,
 }
 
 /// [`LeaseStore::checkpoint_and_release`] for a store whose [`commit`](LeaseStore::commit)

@@ -33,6 +33,7 @@
 //! | `aws_error` | an AWS SDK error as one short line: the service's code and message (features `dynamodb`, `kinesis`, `sqs`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
+//! | [`gap`] | records the mapping discarded, found and run before the batch |
 //! | [`keyed`] | per-key concurrency within one invocation |
 //! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
 //! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
@@ -65,6 +66,7 @@ pub mod aws_error;
 pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+pub mod gap;
 pub mod gate;
 pub mod handler;
 pub mod keyed;
@@ -74,6 +76,7 @@ pub mod lease;
 pub mod local;
 pub mod memory;
 pub mod metrics;
+mod parent_scan;
 pub mod partition_key;
 pub mod processor;
 pub mod record;
@@ -91,7 +94,7 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
     Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, SHARD_END,
+    LeaseState, LeaseStore, ReportedChange, SHARD_END,
 };
 pub use memory::MemoryLeaseStore;
 pub use partition_key::Mode;

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::lease::{
     Below, BoxFuture, Claim, Commit, FailingChange, KeyCommit, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, RowForm, checkpoint_and_release_by_commit,
+    LeaseStore, ReportedChange, RowForm, checkpoint_and_release_by_commit,
 };
 use crate::sequence::Position;
 
@@ -285,6 +285,11 @@ impl LeaseStore for MemoryLeaseStore {
                     }
                     if let Some(done_above) = &commit.done_above {
                         row.done_above.clone_from(done_above);
+                    }
+                    match &commit.reported {
+                        ReportedChange::Keep => {}
+                        ReportedChange::Set(position) => row.reported = Some(position.clone()),
+                        ReportedChange::Clear => row.reported = None,
                     }
                     Self::free(row);
                 }

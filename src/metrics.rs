@@ -159,6 +159,12 @@ pub struct InvocationMetrics {
     pub dead_lettered: u64,
     /// Records processed whose checkpoint could not be written: they will run again.
     pub uncheckpointed: u64,
+    /// Records the event source mapping skipped that were read from the stream and processed
+    /// or dead-lettered here (see [`gap`](crate::gap)).
+    pub recovered: u64,
+    /// Ranges the mapping skipped that nothing could read: their records are lost unless
+    /// replayed by hand (the error log names each range).
+    pub gaps: u64,
     /// Requests the lease store sent, when it counts them.
     pub dynamodb_requests: Option<u64>,
     /// The time of each final checkpoint-and-release write.
@@ -187,6 +193,22 @@ impl InvocationMetrics {
             metrics.duplicates += count(shard.count(Disposition::Duplicate));
             metrics.dead_lettered += count(shard.count(Disposition::DeadLettered));
             metrics.uncheckpointed += count(shard.count(Disposition::Uncheckpointed));
+            if let Some(gap) = &shard.gap {
+                metrics.recovered += count(
+                    gap.recovered
+                        .iter()
+                        .filter(|record| {
+                            matches!(
+                                record.disposition,
+                                Disposition::Processed | Disposition::DeadLettered
+                            )
+                        })
+                        .count(),
+                );
+                if gap.outcome == crate::gap::GapOutcome::NoReader {
+                    metrics.gaps += 1;
+                }
+            }
             match shard.stopped.as_ref().map(|(_, reason)| reason) {
                 Some(StopReason::Held(_)) => metrics.held += count(shard.records.len()),
                 Some(
@@ -237,6 +259,8 @@ impl InvocationMetrics {
         put("Reported", "Count", self.reported.into());
         put("DeadLettered", "Count", self.dead_lettered.into());
         put("Uncheckpointed", "Count", self.uncheckpointed.into());
+        put("Recovered", "Count", self.recovered.into());
+        put("Gap", "Count", self.gaps.into());
         if let Some(requests) = self.dynamodb_requests {
             put("DynamoDBRequests", "Count", requests.into());
         }
@@ -502,6 +526,7 @@ mod tests {
                 .collect(),
             stopped: stopped.map(|reason| (seq(1), reason)),
             checkpoint: None,
+            gap: None,
         }
     }
 

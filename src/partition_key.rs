@@ -25,9 +25,12 @@
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
 //!
-//! **Cost**: with K distinct partition keys in a batch, 2 × ⌈K / 100⌉ `DynamoDB` requests (one
-//! read and one write per hundred keys); a batch of 1,000 records over 100 keys costs 2, as
-//! the shard mode does. Keys whose records were all duplicates are not written. Each row
+//! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
+//! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
+//! runs, the first record is reported), and records at or below its checkpoint are done.
+//!
+//! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
+//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys whose records were all duplicates are not written. Each row
 //! written costs twice the write capacity of a plain write (transactions do).
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
@@ -36,9 +39,13 @@
 //!
 //! **The gate**: a parent shard is finished when its shard row says `SHARD_END`, when it has
 //! expired from the stream, or when it is closed and every record in it is at or below its
-//! key's checkpoint (read from the stream with [`Topology::records`](crate::gate::Topology::records)
-//! and checked against the key rows); the gate then writes `SHARD_END` on the parent's row, and
-//! remembers it for the life of the process. A parent still open holds the child.
+//! key's checkpoint or the parent's own row's checkpoint (read from the stream with
+//! [`Topology::read_range`](crate::gate::Topology::read_range), in parts of at most 10,000
+//! records per held batch, and checked against the key rows); the gate then writes `SHARD_END`
+//! on the parent's row, and remembers it for the life of the process. Until then, it keeps for
+//! the life of the process only each key's last position in the parent and the keys found done:
+//! a held batch reads no record twice and asks only the keys still pending. A parent still open
+//! holds the child.
 //!
 //! [`LeaseStore::read_rows`]: crate::LeaseStore::read_rows
 //! [`LeaseStore::commit_rows`]: crate::LeaseStore::commit_rows
@@ -147,16 +154,38 @@ pub(crate) async fn run_shard<H: Handler>(
     let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::partition_key).collect();
     partition_keys.sort_unstable();
     partition_keys.dedup();
-    let rows: Vec<LeaseKey> = partition_keys
+    let mut rows: Vec<LeaseKey> = partition_keys
         .iter()
         .map(|partition_key| row_key(&key, partition_key))
         .collect();
-    let states = match processor.store().read_rows(&rows).await {
+    // The shard's own row, in the same read: a container consumer sharing the table (the seed
+    // crate's, which keys by `stream:shard`) may hold the shard's lease or have checkpointed it.
+    rows.push(key.clone());
+    let mut states = match processor.store().read_rows(&rows).await {
         Ok(states) => states,
         Err(error) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
             return report.stop_all(&entries, StopReason::Store(error.to_string()));
         }
+    };
+    rows.pop();
+    let shard_row = states.pop().unwrap_or_default();
+    let shard_checkpoint = match shard_owner(&shard_row) {
+        Some(owner) => {
+            tracing::warn!(
+                holder = owner,
+                "another consumer holds the shard's lease; processing nothing"
+            );
+            let owner = Some(owner.to_owned());
+            return report.stop_all(&entries, StopReason::LeaseHeld { owner });
+        }
+        None => match shard_row.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+            }
+        },
     };
     let mut keys: HashMap<&str, KeyRow> = HashMap::with_capacity(rows.len());
     for ((partition_key, row), state) in partition_keys.iter().zip(rows).zip(states) {
@@ -179,12 +208,15 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(Duration::MAX);
+    // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
+    // progress covers every key).
     let is_done = |entry: &Entry| {
         entry.partition_key().is_some_and(|partition_key| {
             keys[partition_key]
                 .checkpoint
-                .as_ref()
-                .is_some_and(|checkpoint| entry.position() <= *checkpoint)
+                .iter()
+                .chain(&shard_checkpoint)
+                .any(|checkpoint| entry.position() <= *checkpoint)
         })
     };
     let known = |partition_key: &str| {
@@ -220,6 +252,16 @@ pub(crate) async fn run_shard<H: Handler>(
         processor, report, &entries, &run, refused, invocation, &lease,
     )
     .await
+}
+
+/// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
+/// table (the seed crate's, or this toolkit's shard mode), which processes the shard's records
+/// itself.
+pub(crate) fn shard_owner(row: &LeaseState) -> Option<&str> {
+    let now = now_millis();
+    row.lease_owner
+        .as_deref()
+        .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
 }
 
 /// A partition key's row as read.

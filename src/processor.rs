@@ -29,11 +29,13 @@ use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
 use tracing::Instrument;
 
 use crate::dead_letter::{DeadLetter, DeadLetterReason, DeadLetterSink};
+use crate::gap::GapReport;
 use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
 pub use crate::keyed::DEFAULT_MAX_DONE_ABOVE;
 use crate::lease::{
     Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
+    ReportedChange,
 };
 use crate::memory::{millis, now_millis};
 use crate::metrics::{Meter, Metrics};
@@ -237,6 +239,9 @@ pub enum StopReason {
     Held(Held),
     /// The record was to be dead-lettered, but the sink failed: it is retried.
     DeadLetterFailed(String),
+    /// Records the mapping skipped could not be read (or not all of them in time): the batch
+    /// is reported, and the next invocation reads on from the first record not run.
+    GapUnread(String),
 }
 
 impl StopReason {
@@ -279,6 +284,10 @@ impl fmt::Display for StopReason {
             Self::Malformed(error) => write!(f, "{error}"),
             Self::Held(held) => write!(f, "held back until its parents are finished: {held}"),
             Self::DeadLetterFailed(error) => write!(f, "the dead-letter sink failed: {error}"),
+            Self::GapUnread(error) => write!(
+                f,
+                "records the event source mapping skipped are not all read yet: {error}"
+            ),
         }
     }
 }
@@ -304,6 +313,9 @@ pub struct ShardReport {
     pub stopped: Option<(SequenceNumber, StopReason)>,
     /// The checkpoint this invocation wrote, if it moved.
     pub checkpoint: Option<Position>,
+    /// Records the event source mapping skipped before this batch, found and run first (see
+    /// [`gap`](crate::gap)).
+    pub gap: Option<GapReport>,
 }
 
 impl ShardReport {
@@ -623,6 +635,18 @@ impl<H: Handler> Processor<H> {
         self.key_ttl
     }
 
+    pub(crate) const fn deadline_margin_value(&self) -> Duration {
+        self.deadline_margin
+    }
+
+    /// Whether KPL aggregates are unpacked.
+    pub(crate) const fn deaggregates(&self) -> bool {
+        #[cfg(feature = "kpl")]
+        return self.deaggregate;
+        #[cfg(not(feature = "kpl"))]
+        false
+    }
+
     /// The processor as a Lambda service, for `lambda_runtime::run`.
     ///
     /// ```no_run
@@ -754,6 +778,10 @@ impl<H: Handler> Processor<H> {
     }
 
     /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "the steps of one invocation, in order, clearer in one place"
+    )]
     async fn run_shard(&self, group: ShardBatch, invocation: &Invocation) -> ShardReport {
         if self.mode == Mode::PartitionKey {
             return crate::partition_key::run_shard(self, group, invocation).await;
@@ -762,12 +790,8 @@ impl<H: Handler> Processor<H> {
         let owner = invocation.owner.as_str();
         let skew = self.clock_skew.min(self.lease_ttl / 3);
         let ttl = invocation.lease_ttl(self.lease_ttl, skew);
-        let mut report = ShardReport {
-            key: key.clone(),
-            records: Vec::with_capacity(entries.len()),
-            stopped: None,
-            checkpoint: None,
-        };
+        let report = ShardReport::empty(key.clone(), entries.len());
+        let first = entries.first().map(Entry::position);
 
         // The stored expiry is counted from when the claim was sent, not from its answer: the
         // local view of the lease starts there too, and lapses a skew margin early.
@@ -780,13 +804,42 @@ impl<H: Handler> Processor<H> {
         // outlasts it leaves nothing dispatched.
         let gated = tokio::select! {
             biased;
-            gated = self.pass_gate(&key, owner, &state) => gated,
+            gated = self.pass_gate(&key, owner, &state, first.as_ref()) => gated,
             () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
         };
         let (checkpoint, parent_shards) = match gated {
             Ok(gated) => gated,
             Err(reason) => return report.stop_all(&entries, reason),
         };
+
+        // Records the mapping skipped run first; `recovered` of the entries are theirs, and
+        // dispatch stops before `cut` (a record not read yet) when the range was read in part.
+        // Reading them may take a while: the lease is renewed meanwhile.
+        let recovering = crate::gap::recover_or_release(
+            self,
+            (&key, owner),
+            (&state, checkpoint.as_ref()),
+            parent_shards,
+            entries,
+            invocation,
+            report,
+        );
+        let recovered = tokio::select! {
+            biased;
+            recovered = recovering => recovered,
+            () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+        };
+        let (recovery, parent_shards, mut report) = match recovered {
+            Ok(recovered) => recovered,
+            Err(stopped) => return stopped,
+        };
+        let crate::gap::Recovery {
+            entries,
+            recovered,
+            cut,
+            gap,
+        } = recovery;
+        report.gap = gap;
 
         // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
         let done_before = |entry: &Entry| {
@@ -799,22 +852,28 @@ impl<H: Handler> Processor<H> {
             .take_while(|entry| done_before(entry))
             .count();
         let (duplicates, pending) = entries.split_at(skipped);
-        report
-            .records
-            .extend(duplicates.iter().map(|entry| RecordReport {
+        let mut records: Vec<RecordReport> = duplicates
+            .iter()
+            .map(|entry| RecordReport {
                 position: entry.position(),
                 disposition: Disposition::Duplicate,
-            }));
+            })
+            .collect();
         if skipped > 0 {
             tracing::info!(skipped, "skipped records at or below the checkpoint");
         }
+        let runnable = cut.map_or(pending.len(), |cut| cut.saturating_sub(skipped));
 
         // Dispatch, with the lease renewed in the background while it runs.
-        let dispatched = tokio::select! {
+        let failing = state.failing.clone();
+        let mut dispatched = tokio::select! {
             biased;
-            dispatched = self.dispatch(pending, invocation, &lease, state.failing.clone(), &state.done_above) => dispatched,
+            dispatched = self.dispatch(&pending[..runnable], invocation, &lease, failing, &state.done_above) => dispatched,
             () = self.keep_alive(&key, owner, invocation, &lease) => unreachable!("renewal never ends"),
         };
+        if runnable < pending.len() {
+            crate::gap::stop_at_unread(&mut dispatched, runnable, pending.len());
+        }
 
         // Checkpoint and release in one conditional write. An aggregate whose last sub-record
         // is done is checkpointed whole: `checkpoint` names records done whole, and a parent
@@ -832,12 +891,20 @@ impl<H: Handler> Processor<H> {
             &dispatched.done_above,
             progress.as_ref().or(checkpoint.as_ref()),
         );
+        let remember = crate::gap::after_run(
+            &state,
+            progress.as_ref().or(checkpoint.as_ref()),
+            dispatched
+                .stopped
+                .as_ref()
+                .map(|(index, _)| pending[*index].position()),
+        );
         let (dispositions, stopped) = self
             .commit(
                 &key,
                 owner,
                 (progress.as_ref(), below),
-                parent_shards,
+                (parent_shards, remember),
                 done_above,
                 dispatched,
             )
@@ -849,7 +916,7 @@ impl<H: Handler> Processor<H> {
             report.checkpoint = progress;
         }
 
-        report.records.extend(
+        records.extend(
             pending
                 .iter()
                 .zip(&dispositions)
@@ -858,8 +925,10 @@ impl<H: Handler> Processor<H> {
                     disposition: *disposition,
                 }),
         );
-        if let Some((index, reason)) = stopped {
-            let sequence = pending[index].sequence().clone();
+        let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
+        if let Some((index, reason)) = crate::gap::report(&mut report, records, recovered, stopped)
+        {
+            let sequence = entries[index].sequence().clone();
             tracing::info!(%sequence, %reason, "reporting the first record not done");
             report.stopped = Some((sequence, reason));
         }
@@ -886,7 +955,8 @@ impl<H: Handler> Processor<H> {
             }
             Err(error) => {
                 tracing::error!(%error, "could not claim the shard's lease; processing nothing");
-                self.release(key, owner, Vec::new()).await;
+                self.release(key, owner, Vec::new(), ReportedChange::Keep)
+                    .await;
                 return Err(StopReason::Store(error.to_string()));
             }
         };
@@ -901,12 +971,14 @@ impl<H: Handler> Processor<H> {
         key: &LeaseKey,
         owner: &str,
         state: &LeaseState,
+        first: Option<&Position>,
     ) -> Result<(Option<Position>, Vec<String>), StopReason> {
         let checkpoint = match state.position() {
             Ok(checkpoint) => checkpoint,
             Err(error) => {
                 tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
-                self.release(key, owner, Vec::new()).await;
+                self.release(key, owner, Vec::new(), ReportedChange::Keep)
+                    .await;
                 return Err(StopReason::BadCheckpoint(error.to_string()));
             }
         };
@@ -916,7 +988,11 @@ impl<H: Handler> Processor<H> {
         let verdict = gate.check(self.store.as_ref(), key, state).await;
         if let Some(held) = verdict.held {
             tracing::warn!(%held, "holding the shard back until its parents are finished");
-            self.release(key, owner, verdict.learnt_parents).await;
+            // The row remembers the held batch: if the mapping gives up on it, the batch after
+            // it is caught as a gap once the parents are finished.
+            let remember = crate::gap::nothing_ran(state, checkpoint.as_ref(), first);
+            self.release(key, owner, verdict.learnt_parents, remember)
+                .await;
             return Err(StopReason::Held(held));
         }
         Ok((checkpoint, verdict.learnt_parents))
@@ -924,9 +1000,16 @@ impl<H: Handler> Processor<H> {
 
     /// Releases the lease without progress (keeping the parents just learnt); a failure only
     /// means the lease lapses by itself.
-    async fn release(&self, key: &LeaseKey, owner: &str, parent_shards: Vec<String>) {
+    pub(crate) async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        parent_shards: Vec<String>,
+        reported: ReportedChange,
+    ) {
         let release = Commit {
             parent_shards,
+            reported,
             ..Commit::default()
         };
         if let Err(error) = self.store.commit(key, owner, &release).await {
@@ -943,7 +1026,7 @@ impl<H: Handler> Processor<H> {
         key: &LeaseKey,
         owner: &str,
         (progress, below): (Option<&Position>, Below),
-        parent_shards: Vec<String>,
+        (parent_shards, reported): (Vec<String>, ReportedChange),
         done_above: Option<Vec<Position>>,
         dispatched: Dispatched,
     ) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
@@ -959,6 +1042,7 @@ impl<H: Handler> Processor<H> {
             failing,
             parent_shards,
             done_above,
+            reported,
         };
         let reason = match self.store.commit(key, owner, &commit).await {
             Ok(true) => return (dispositions, stopped),
@@ -1223,6 +1307,7 @@ impl ShardReport {
             records: Vec::with_capacity(records),
             stopped: None,
             checkpoint: None,
+            gap: None,
         }
     }
 
@@ -1343,7 +1428,7 @@ impl Invocation {
         }
     }
 
-    fn time_left(&self) -> Option<Duration> {
+    pub(crate) fn time_left(&self) -> Option<Duration> {
         self.time_left_at(now_millis())
     }
 
@@ -1526,7 +1611,7 @@ pub(crate) fn prior<'a>(entries: &'a [Entry], position: &Position) -> Option<&'a
 
 /// Replaces every KPL aggregate among `entries` by its sub-records, in order; an aggregate that
 /// cannot be read becomes [`Entry::Undecodable`]. Plain records pass through untouched.
-fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
+pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
     let aggregate = |entry: &Entry| match entry {
         Entry::Record(record) => crate::kpl::is_aggregate(record.data()),
         _ => false,

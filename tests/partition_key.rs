@@ -314,3 +314,361 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
         "the other delivery's write stands"
     );
 }
+
+/// The shard's row as the seed crate's consumer writes it: its lease, then its checkpoint, both
+/// through the seed's five methods on `stream:shard`.
+async fn container_consumer(store: &MemoryLeaseStore, checkpoint: Option<u64>, live: bool) {
+    let ttl = if live {
+        Duration::from_secs(30)
+    } else {
+        Duration::ZERO
+    };
+    assert!(store.acquire(&shard(), "container-1", ttl).await.unwrap());
+    if let Some(n) = checkpoint {
+        assert!(
+            store
+                .checkpoint(&shard(), "container-1", &sequence(n))
+                .await
+                .unwrap()
+        );
+    }
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_live_shard_lease_of_a_container_consumer_holds_the_batch() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    container_consumer(&store, None, true).await;
+    let journal = Journal::default();
+    let processor =
+        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+
+    let ns: Vec<u64> = (0..6).collect();
+    let report = processor
+        .process_batch(batch(&ns, 3), &context("held", 60_000))
+        .await
+        .unwrap();
+
+    let shard_report = &report.shards[0];
+    assert!(
+        matches!(
+            &shard_report.stopped,
+            Some((at, kinesis_checkpoint::StopReason::LeaseHeld { owner: Some(owner) }))
+                if *at.as_str() == sequence(0) && owner == "container-1"
+        ),
+        "{shard_report:?}"
+    );
+    assert_eq!(shard_report.count(Disposition::NotAttempted), 5);
+    assert!(journal.per_key().is_empty(), "nothing processed");
+    for k in 0..3 {
+        let row = store
+            .read(&row_key(&shard(), &format!("key-{k}")))
+            .await
+            .unwrap();
+        assert_eq!(row.lease_counter, 0, "no key row written");
+    }
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_records_at_or_below_a_container_consumers_checkpoint_are_duplicates()
+ {
+    let store = Arc::new(MemoryLeaseStore::new());
+    // The container consumer processed records 0 to 4 and let its lease lapse.
+    container_consumer(&store, Some(4), false).await;
+    let journal = Journal::default();
+    let processor =
+        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+
+    let ns: Vec<u64> = (0..10).collect();
+    let report = processor
+        .process_batch(batch(&ns, 3), &context("after", 60_000))
+        .await
+        .unwrap();
+
+    assert!(report.shards[0].stopped.is_none());
+    assert_eq!(report.shards[0].count(Disposition::Duplicate), 5);
+    assert_eq!(report.shards[0].count(Disposition::Processed), 5);
+    let mut processed: Vec<u64> = journal.per_key().into_values().flatten().collect();
+    processed.sort_unstable();
+    assert_eq!(processed, [5, 6, 7, 8, 9]);
+    let row = store.read(&row_key(&shard(), "key-2")).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(8)), "key-2's last record");
+    let shard_row = store.read(&shard()).await.unwrap();
+    assert_eq!(
+        shard_row.checkpoint,
+        Some(sequence(4)),
+        "the shard row is left alone"
+    );
+}
+
+/// A topology over a memory stream that counts the reads of a parent's records, and the
+/// records each read returned.
+struct CountingStream {
+    stream: kinesis_checkpoint::local::MemoryStream,
+    reads: Mutex<Vec<usize>>,
+}
+
+impl kinesis_checkpoint::gate::Topology for CountingStream {
+    fn shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_checkpoint::BoxFuture<
+        'a,
+        Result<Vec<kinesis_checkpoint::gate::ShardInfo>, kinesis_checkpoint::gate::TopologyError>,
+    > {
+        self.stream.shards(stream)
+    }
+
+    fn exhausted<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        after: Option<&'a str>,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<bool, kinesis_checkpoint::gate::TopologyError>>
+    {
+        self.stream.exhausted(stream, shard, after)
+    }
+
+    fn retention<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<Duration, kinesis_checkpoint::gate::TopologyError>>
+    {
+        self.stream.retention(stream)
+    }
+
+    fn records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+    ) -> kinesis_checkpoint::BoxFuture<
+        'a,
+        Result<Vec<Record>, kinesis_checkpoint::gate::TopologyError>,
+    > {
+        Box::pin(async move {
+            let records =
+                kinesis_checkpoint::gate::Topology::records(&self.stream, stream, shard).await?;
+            self.reads.lock().unwrap().push(records.len());
+            Ok(records)
+        })
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a kinesis_checkpoint::gap::SkippedRange,
+        budget: kinesis_checkpoint::gap::ReadBudget,
+    ) -> kinesis_checkpoint::BoxFuture<
+        'a,
+        Result<kinesis_checkpoint::gap::RangeRead, kinesis_checkpoint::gate::TopologyError>,
+    > {
+        Box::pin(async move {
+            let read = self.stream.read_range(stream, shard, range, budget).await?;
+            self.reads.lock().unwrap().push(read.records.len());
+            Ok(read)
+        })
+    }
+}
+
+/// The records of `shard` of a memory stream, `range` of them, as one delivery.
+fn delivery(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    range: std::ops::Range<usize>,
+) -> aws_lambda_events::event::kinesis::KinesisEvent {
+    use base64::Engine;
+    let records: Vec<serde_json::Value> = stream.records(shard)[range]
+        .iter()
+        .map(|r| {
+            json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": r.partition_key,
+                    "sequenceNumber": r.sequence,
+                    "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
+                    "approximateArrivalTimestamp": 1_764_512_345.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("{shard}:{}", r.sequence),
+                "eventName": "aws:kinesis:record",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": format!("arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"),
+            })
+        })
+        .collect();
+    event(&records)
+}
+
+/// A stream whose shard 0 holds `parent` records over `keys` keys, split, and 8 records in its
+/// children; a partition-key processor gated over it, counting the parent's reads.
+fn split_stream(
+    parent: u64,
+    keys: u64,
+) -> (kinesis_checkpoint::local::MemoryStream, Arc<CountingStream>) {
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..parent {
+        stream.put(&partition_key(n, keys), json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in parent..parent + 8 {
+        stream.put(&partition_key(n, keys), json!({ "n": n }).to_string());
+    }
+    let counting = Arc::new(CountingStream {
+        stream: stream.clone(),
+        reads: Mutex::new(Vec::new()),
+    });
+    (stream, counting)
+}
+
+fn child_with_records(stream: &kinesis_checkpoint::local::MemoryStream) -> String {
+    ["shardId-000000000001", "shardId-000000000002"]
+        .into_iter()
+        .find(|child| !stream.records(child).is_empty())
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_held_child_batches_read_their_parent_once() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(40, 4);
+    let journal = Journal::default();
+    let processor = Processor::new(
+        Arc::new(MemoryLeaseStore::new()),
+        journal.handler(|n, attempt| (n == 5 && attempt == 1).then(|| Outcome::retry("not yet"))),
+    )
+    .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon))
+    .mode(Mode::PartitionKey);
+    let child = child_with_records(&stream);
+    let held = |report: &kinesis_checkpoint::BatchReport| {
+        matches!(
+            report.shards[0].stopped,
+            Some((_, kinesis_checkpoint::StopReason::Held(_)))
+        )
+    };
+
+    let parent = processor
+        .process_batch(delivery(&stream, SHARD, 0..40), &context("p1", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        reported(&parent.response()),
+        [stream.records(SHARD)[5].sequence.clone()]
+    );
+    for attempt in 0..4 {
+        let report = processor
+            .process_batch(
+                delivery(&stream, &child, 0..stream.records(&child).len()),
+                &context(&format!("c{attempt}"), 60_000),
+            )
+            .await
+            .unwrap();
+        assert!(held(&report), "key-1 of the parent is not done: {report:?}");
+    }
+    processor
+        .process_batch(delivery(&stream, SHARD, 5..40), &context("p2", 60_000))
+        .await
+        .unwrap();
+    let report = processor
+        .process_batch(
+            delivery(&stream, &child, 0..stream.records(&child).len()),
+            &context("c-last", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(!held(&report), "{report:?}");
+
+    assert_eq!(
+        *counting.reads.lock().unwrap(),
+        [40],
+        "the parent is read once for five checks"
+    );
+    let processed: usize = journal.per_key().values().map(Vec::len).sum();
+    assert_eq!(processed, 40 + stream.records(&child).len());
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_large_parent_is_read_in_bounded_parts() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(12_000, 10);
+    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async {
+        Outcome::ack()
+    })
+    .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon))
+    .mode(Mode::PartitionKey);
+    let child = child_with_records(&stream);
+
+    let parent = processor
+        .process_batch(delivery(&stream, SHARD, 0..12_000), &context("p1", 60_000))
+        .await
+        .unwrap();
+    assert!(parent.shards[0].stopped.is_none());
+    let first = processor
+        .process_batch(
+            delivery(&stream, &child, 0..stream.records(&child).len()),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            first.shards[0].stopped,
+            Some((_, kinesis_checkpoint::StopReason::Held(_)))
+        ),
+        "the parent is not read to its end by one check: {first:?}"
+    );
+    let second = processor
+        .process_batch(
+            delivery(&stream, &child, 0..stream.records(&child).len()),
+            &context("c2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(second.shards[0].stopped.is_none(), "{second:?}");
+
+    let reads = counting.reads.lock().unwrap().clone();
+    assert_eq!(reads, [10_000, 2_000], "at most 10,000 records per check");
+}
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to_its_end_is_finished()
+ {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(40, 4);
+    let store = Arc::new(MemoryLeaseStore::new());
+    // The container consumer processed the whole parent and let its lease lapse, without
+    // writing SHARD_END.
+    let last = stream.records(SHARD)[39].sequence.clone();
+    assert!(
+        store
+            .acquire(&shard(), "container-1", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .checkpoint(&shard(), "container-1", &last)
+            .await
+            .unwrap()
+    );
+    let processor = Processor::new(store.clone(), |_: Record| async { Outcome::ack() })
+        .gate(Gate::new(counting, StartingPosition::TrimHorizon))
+        .mode(Mode::PartitionKey);
+    let child = child_with_records(&stream);
+
+    let report = processor
+        .process_batch(
+            delivery(&stream, &child, 0..stream.records(&child).len()),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(
+        store.read(&shard()).await.unwrap().checkpoint.as_deref(),
+        Some(kinesis_checkpoint::SHARD_END),
+        "the gate marked the parent finished"
+    );
+}

@@ -5,11 +5,12 @@
 //! measured in simulated time and a test does not have to wait for records to grow old.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
+use crate::gap::{RangeRead, ReadBudget, SkippedRange};
 use crate::gate::{ShardInfo, Topology, TopologyError};
 use crate::lease::{BoxFuture, LeaseKey};
 use crate::record::Record;
@@ -90,7 +91,8 @@ const EPOCH_MILLIS: u64 = 1_767_225_600_000;
 /// Kinesis routes them; shards split and merged with the same parent links; sequence numbers of
 /// 56 digits, increasing across the stream. Cloning shares the stream.
 ///
-/// It is also a [`Topology`], so the processor's gate can read it.
+/// It is also a [`Topology`], so the processor's gate can read it, and recover the records a
+/// mapping discarded (see [`gap`](crate::gap)).
 ///
 /// ```
 /// use kinesis_checkpoint::local::MemoryStream;
@@ -470,6 +472,49 @@ impl Topology for MemoryStream {
 
     fn retention<'a>(&'a self, _stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
         Box::pin(async { Ok(Duration::from_hours(24)) })
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a SkippedRange,
+        budget: ReadBudget,
+    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+        let key = LeaseKey::new(stream, shard);
+        let read = self.of_shard(shard, |s| {
+            let mut records = Vec::new();
+            for r in &s.records {
+                let Ok(sequence) = r.sequence.parse() else {
+                    continue;
+                };
+                if sequence >= range.before {
+                    break;
+                }
+                if !range.contains(&sequence) {
+                    continue;
+                }
+                if records.len() == budget.max_records {
+                    return Some((records, false));
+                }
+                let arrival = UNIX_EPOCH + Duration::from_millis(r.arrival_millis);
+                records.push(
+                    Record::new(
+                        key.clone(),
+                        sequence,
+                        r.partition_key.clone(),
+                        r.data.clone(),
+                    )
+                    .with_arrival(arrival),
+                );
+            }
+            Some((records, true))
+        });
+        let read = read.map_or_else(
+            || Err(format!("{shard} is not a shard of {}", self.name).into()),
+            |(records, complete)| Ok(RangeRead { records, complete }),
+        );
+        Box::pin(async move { read })
     }
 
     fn records<'a>(

@@ -6,7 +6,6 @@ pub mod aggregates;
 pub mod faults;
 pub mod http;
 pub mod kinesis;
-pub mod kpl;
 pub mod moto;
 
 use std::path::PathBuf;

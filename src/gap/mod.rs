@@ -1,0 +1,397 @@
+//! Gap recovery: records the event source mapping discarded, found and run before the batch.
+//!
+//! Lambda's mapping gives up on records: after `MaximumRetryAttempts`, past
+//! `MaximumRecordAgeInSeconds`, when a mapping is deleted and created again, when records
+//! expire. Its on-failure destination then gets the batch's range, never the data, and the next
+//! batch simply starts after the records it gave up on. Unchecked, the toolkit would process
+//! that batch, move the checkpoint past the skipped records, and nobody would know they were
+//! never processed nor dead-lettered.
+//!
+//! So the shard's row remembers the record the toolkit last reported to Lambda and has not done
+//! since ([`LeaseState::reported`], the `reported` attribute). Lambda delivers from the reported
+//! record again; a batch that starts *after* it (in the extended order, KPL sub-records
+//! included) proves that the mapping skipped records. The processor then reads them from the
+//! stream through its gate's [`Topology::read_range`](crate::gate::Topology::read_range)
+//! (`GetShardIterator` after the checkpoint, or at the reported record when there is no
+//! checkpoint, then `GetRecords` up to the batch's first record) and runs them first, in order,
+//! through the same dedupe, dispatch, dead-letter and checkpoint path as the batch. The reading
+//! costs requests only once a gap is proven: a normal batch makes no Kinesis call.
+//!
+//! What the row remembers, by how a shard stops:
+//!
+//! | the shard stopped at a record because | `reported` |
+//! |---|---|
+//! | the handler failed on it, a dead letter failed, it is malformed, the deadline came, the lease lapsed without being taken | that record, in the final write |
+//! | the gate held the batch | the batch's first record, in the release; an older one still to recover is kept |
+//! | the skipped records could not be read, or not all in time | the first record not run, so the next batch reads on from there |
+//! | the whole batch was done | removed (unless it names a record above the new checkpoint) |
+//! | another owner holds or took the lease, or the store failed | not written: the row belongs to the other owner, or cannot be written |
+//!
+//! When the records cannot be read (the processor has no gate, or its topology cannot read
+//! records), the gap is logged as an error naming stream, shard and range, counted in the `Gap`
+//! metric, and the batch goes on: the mapping has already moved past the skipped records and
+//! will never deliver them again, so holding the batch would not bring them back; it would only
+//! make the mapping give up on this batch as well.
+//!
+//! The partition-key mode has no shard row to remember a report in, and is not covered.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use crate::lease::{LeaseState, ReportedChange};
+use crate::processor::RecordReport;
+use crate::record::Record;
+use crate::sequence::{Position, SequenceNumber};
+
+/// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
+/// and run in parts, one per invocation, each continuing after the checkpoint the last one left.
+pub const MAX_RECOVERED_RECORDS: usize = 10_000;
+
+/// Where the reading of a skipped range starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// After this record (`AFTER_SEQUENCE_NUMBER`): the checkpoint, a record done whole.
+    After(SequenceNumber),
+    /// At this record (`AT_SEQUENCE_NUMBER`): the reported record of a shard never
+    /// checkpointed, or the aggregate a checkpoint stops inside.
+    At(SequenceNumber),
+    /// From the oldest record (`TRIM_HORIZON`): the partition-key mode's gate reading a closed
+    /// parent from its start.
+    TrimHorizon,
+}
+
+/// A range of one shard's records the event source mapping skipped: from [`from`](Self::from)
+/// up to, not including, the record [`before`](Self::before) (the batch's first).
+///
+/// ```
+/// use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
+///
+/// let range = SkippedRange { from: ReadFrom::After("100".parse()?), before: "200".parse()? };
+/// assert_eq!(range.to_string(), "after 100 up to 200");
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRange {
+    /// Where reading starts.
+    pub from: ReadFrom,
+    /// The first record not in the range: the batch's first record.
+    pub before: SequenceNumber,
+}
+
+impl SkippedRange {
+    /// Whether `sequence` lies in the range (a record at or after the start, before the end).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
+    /// let range = SkippedRange { from: ReadFrom::At("100".parse()?), before: "200".parse()? };
+    /// assert!(range.contains(&"100".parse()?) && !range.contains(&"200".parse()?));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn contains(&self, sequence: &SequenceNumber) -> bool {
+        let started = match &self.from {
+            ReadFrom::After(after) => sequence > after,
+            ReadFrom::At(at) => sequence >= at,
+            ReadFrom::TrimHorizon => true,
+        };
+        started && *sequence < self.before
+    }
+}
+
+impl fmt::Display for SkippedRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.from {
+            ReadFrom::After(after) => write!(f, "after {after} up to {}", self.before),
+            ReadFrom::At(at) => write!(f, "from {at} up to {}", self.before),
+            ReadFrom::TrimHorizon => write!(f, "from the trim horizon up to {}", self.before),
+        }
+    }
+}
+
+/// How much one reading of a skipped range may take.
+///
+/// ```
+/// use kinesis_checkpoint::gap::ReadBudget;
+///
+/// let budget = ReadBudget::new(100, None);
+/// assert_eq!(budget.max_records, 100);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadBudget {
+    /// At most this many stream records (a KPL aggregate counts once).
+    pub max_records: usize,
+    /// Stop reading at this time, with what was read (`None`: no deadline).
+    pub deadline: Option<SystemTime>,
+}
+
+impl ReadBudget {
+    /// At most `max_records` records, read before `deadline`.
+    ///
+    /// ```
+    /// # use std::time::{Duration, SystemTime};
+    /// # use kinesis_checkpoint::gap::ReadBudget;
+    /// let budget = ReadBudget::new(10, Some(SystemTime::now() + Duration::from_secs(2)));
+    /// assert!(!budget.expired());
+    /// ```
+    #[must_use]
+    pub const fn new(max_records: usize, deadline: Option<SystemTime>) -> Self {
+        Self {
+            max_records,
+            deadline,
+        }
+    }
+
+    /// Whether the deadline has passed.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::ReadBudget;
+    /// assert!(ReadBudget::new(10, Some(std::time::UNIX_EPOCH)).expired());
+    /// ```
+    #[must_use]
+    pub fn expired(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| SystemTime::now() >= deadline)
+    }
+}
+
+/// What one reading of a skipped range found.
+///
+/// ```
+/// use kinesis_checkpoint::gap::RangeRead;
+///
+/// let read = RangeRead { records: Vec::new(), complete: true };
+/// assert!(read.records.is_empty());
+/// ```
+#[derive(Debug, Clone)]
+pub struct RangeRead {
+    /// The range's records, oldest first (aggregates still packed).
+    pub records: Vec<Record>,
+    /// Whether `records` is the whole range; `false` when the budget ran out first.
+    pub complete: bool,
+}
+
+/// The error of a topology that cannot read records (the default of
+/// [`Topology::read_range`](crate::gate::Topology::read_range)): the processor logs the gap and
+/// goes on.
+///
+/// ```
+/// use kinesis_checkpoint::gap::CannotRead;
+///
+/// let error = CannotRead::new("orders", "shardId-000000000000");
+/// assert!(error.to_string().contains("shardId-000000000000"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this topology cannot read the records of shard {shard} of stream {stream}: give the processor \
+     a gate over a topology that reads records (KinesisTopology) to recover what the mapping skips"
+)]
+pub struct CannotRead {
+    stream: String,
+    shard: String,
+}
+
+impl CannotRead {
+    /// The error for `shard` of `stream`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::CannotRead;
+    /// let _ = CannotRead::new("orders", "shardId-000000000000");
+    /// ```
+    #[must_use]
+    pub fn new(stream: impl Into<String>, shard: impl Into<String>) -> Self {
+        Self {
+            stream: stream.into(),
+            shard: shard.into(),
+        }
+    }
+}
+
+/// What became of a range the mapping skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GapOutcome {
+    /// Every record of the range was read and ran (or the shard stopped in it as usual).
+    Recovered,
+    /// Only part of the range could be read in time: the rest is read by the next invocation.
+    Partial,
+    /// The range could not be read: the batch was reported, nothing ran.
+    Unread(String),
+    /// Nothing can read the range: it was logged as lost and the batch went on.
+    NoReader,
+}
+
+/// A range the mapping skipped, found by one invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GapReport {
+    /// The range.
+    pub range: SkippedRange,
+    /// Its records that were read, in order, and what became of each.
+    pub recovered: Vec<RecordReport>,
+    /// What became of the range.
+    pub outcome: GapOutcome,
+}
+
+impl GapReport {
+    pub(crate) const fn new(range: SkippedRange, outcome: GapOutcome) -> Self {
+        Self {
+            range,
+            recovered: Vec::new(),
+            outcome,
+        }
+    }
+}
+
+/// The range the mapping skipped before a batch starting at `first`, if it did: the row
+/// remembers a reported record above its checkpoint, and the batch starts after it.
+pub(crate) fn detect(
+    state: &LeaseState,
+    checkpoint: Option<&Position>,
+    first: &Position,
+) -> Option<SkippedRange> {
+    let reported = outstanding(state, checkpoint)?;
+    if first <= reported {
+        return None;
+    }
+    let Position::Record {
+        sequence: before, ..
+    } = first
+    else {
+        return None;
+    };
+    let from = match checkpoint {
+        Some(Position::Record {
+            sequence,
+            sub_sequence: None,
+        }) => ReadFrom::After(sequence.clone()),
+        // Inside an aggregate: its remaining sub-records are read again, and dedupe drops the
+        // ones done.
+        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
+        Some(Position::ShardEnd) => return None,
+        // Never checkpointed: the mapping started at the reported record (its first delivery),
+        // so nothing before it was skipped; reading from the horizon would run records that a
+        // mapping starting at `LATEST` never meant to deliver.
+        None => match reported {
+            Position::Record { sequence, .. } => ReadFrom::At(sequence.clone()),
+            Position::ShardEnd => return None,
+        },
+    };
+    Some(SkippedRange {
+        from,
+        before: before.clone(),
+    })
+}
+
+/// The row's reported record, while it is above the checkpoint: a checkpoint at or past it
+/// (written by this toolkit or by another consumer of the table) means it was done since.
+fn outstanding<'a>(state: &'a LeaseState, checkpoint: Option<&Position>) -> Option<&'a Position> {
+    state
+        .reported
+        .as_ref()
+        .filter(|reported| checkpoint.is_none_or(|checkpoint| *reported > checkpoint))
+}
+
+/// What to remember of a batch starting at `first` that runs nothing (held, unreadable gap):
+/// the lowest record not known done, so that a later batch starting after it is caught.
+pub(crate) fn nothing_ran(
+    state: &LeaseState,
+    checkpoint: Option<&Position>,
+    first: Option<&Position>,
+) -> ReportedChange {
+    let first = first.filter(|first| checkpoint.is_none_or(|checkpoint| *first > checkpoint));
+    match (outstanding(state, checkpoint), first) {
+        (Some(reported), Some(first)) if reported <= first => ReportedChange::Keep,
+        (_, Some(first)) => ReportedChange::Set(first.clone()),
+        (_, None) => ReportedChange::Keep,
+    }
+}
+
+/// What to remember once a batch ran: the record the shard stopped at; or, when it ran to its
+/// end, nothing (unless the row names a record above the new checkpoint).
+pub(crate) fn after_run(
+    state: &LeaseState,
+    checkpoint: Option<&Position>,
+    stopped_at: Option<Position>,
+) -> ReportedChange {
+    match stopped_at {
+        Some(position) => ReportedChange::Set(position),
+        None if outstanding(state, checkpoint).is_some() => ReportedChange::Keep,
+        None if state.reported.is_some() => ReportedChange::Clear,
+        None => ReportedChange::Keep,
+    }
+}
+
+#[cfg(feature = "kinesis")]
+mod kinesis;
+mod run;
+
+#[cfg(feature = "kinesis")]
+pub(crate) use kinesis::read_range as read_kinesis;
+pub(crate) use run::{Recovery, recover_or_release, report, stop_at_unread};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(n: u64) -> Position {
+        Position::record(n.to_string().parse().unwrap())
+    }
+
+    fn row(reported: Option<Position>) -> LeaseState {
+        LeaseState {
+            reported,
+            ..LeaseState::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_after_the_reported_record_proves_a_gap_from_the_checkpoint() {
+        let state = row(Some(at(20)));
+        let range = detect(&state, Some(&at(10)), &at(30)).expect("a gap");
+        assert_eq!(range.from, ReadFrom::After("10".parse().unwrap()));
+        assert_eq!(range.before, "30".parse().unwrap());
+        assert_eq!(detect(&state, Some(&at(10)), &at(20)), None, "redelivery");
+        assert_eq!(detect(&state, Some(&at(25)), &at(30)), None, "done since");
+        assert_eq!(detect(&row(None), Some(&at(10)), &at(30)), None);
+    }
+
+    #[test]
+    fn a_shard_never_checkpointed_reads_from_its_reported_record() {
+        let range = detect(&row(Some(at(20))), None, &at(30)).expect("a gap");
+        assert_eq!(range.from, ReadFrom::At("20".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_checkpoint_inside_an_aggregate_reads_the_aggregate_again() {
+        let state = row(Some(Position::sub_record("10".parse().unwrap(), 4)));
+        let checkpoint = Position::sub_record("10".parse().unwrap(), 3);
+        let range = detect(&state, Some(&checkpoint), &at(30)).expect("a gap");
+        assert_eq!(range.from, ReadFrom::At("10".parse().unwrap()));
+        let first = Position::sub_record("10".parse().unwrap(), 0);
+        assert_eq!(detect(&state, Some(&checkpoint), &first), None);
+    }
+
+    #[test]
+    fn a_held_batch_keeps_an_older_report_still_to_recover() {
+        let state = row(Some(at(20)));
+        assert_eq!(
+            nothing_ran(&state, Some(&at(10)), Some(&at(30))),
+            ReportedChange::Keep
+        );
+        assert_eq!(
+            nothing_ran(&state, Some(&at(10)), Some(&at(15))),
+            ReportedChange::Set(at(15))
+        );
+        assert_eq!(
+            nothing_ran(&row(None), Some(&at(10)), Some(&at(5))),
+            ReportedChange::Keep,
+            "a duplicate says nothing"
+        );
+        assert_eq!(
+            after_run(&state, Some(&at(30)), None),
+            ReportedChange::Clear
+        );
+        assert_eq!(after_run(&state, Some(&at(12)), None), ReportedChange::Keep);
+    }
+}

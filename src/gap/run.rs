@@ -1,0 +1,268 @@
+//! The processor's side of gap recovery: find the range the mapping skipped, read it, put its
+//! records before the batch's, and say what became of them. Everything after that (dedupe,
+//! dispatch, dead letters, the checkpoint) is the batch's own path, so a recovered record is
+//! treated exactly as a delivered one.
+
+use std::time::SystemTime;
+
+use super::{CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget};
+use super::{SkippedRange, detect};
+use crate::handler::Handler;
+use crate::lease::{LeaseKey, LeaseState};
+use crate::processor::{
+    Dispatched, Disposition, Entry, Invocation, Processor, RecordReport, ShardReport, StopReason,
+};
+use crate::sequence::Position;
+
+/// The batch's entries with the recovered ones first.
+pub(crate) struct Recovery {
+    /// The recovered entries, then the batch's.
+    pub(crate) entries: Vec<Entry>,
+    /// How many of `entries` were recovered.
+    pub(crate) recovered: usize,
+    /// Dispatch stops before this entry: the first record of a range read in part, which the
+    /// next invocation reads on from.
+    pub(crate) cut: Option<usize>,
+    /// The range found, if any.
+    pub(crate) gap: Option<GapReport>,
+}
+
+/// What stops the shard before anything runs: the batch's entries, the range, and why.
+/// Boxed: it is large, and rare.
+pub(crate) type Unrecovered = Box<(Vec<Entry>, GapReport, StopReason)>;
+
+/// Finds the range the mapping skipped before `entries` and reads it through the gate's
+/// topology, within half the invocation's time left (the records must run too) and
+/// [`MAX_RECOVERED_RECORDS`]. Without a reader, the gap is logged and the batch goes on; a
+/// reading that fails stops the shard with the batch reported.
+pub(crate) async fn recover<H: Handler>(
+    processor: &Processor<H>,
+    key: &LeaseKey,
+    state: &LeaseState,
+    checkpoint: Option<&Position>,
+    entries: Vec<Entry>,
+    invocation: &Invocation,
+) -> Result<Recovery, Unrecovered> {
+    let unchanged = |entries, gap| Recovery {
+        entries,
+        recovered: 0,
+        cut: None,
+        gap,
+    };
+    let Some(range) = entries
+        .first()
+        .and_then(|first| detect(state, checkpoint, &first.position()))
+    else {
+        return Ok(unchanged(entries, None));
+    };
+    let Some(gate) = processor.gate_ref() else {
+        lost(
+            key,
+            &range,
+            "the processor has no gate, whose topology would read them",
+        );
+        return Ok(unchanged(
+            entries,
+            Some(GapReport::new(range, GapOutcome::NoReader)),
+        ));
+    };
+    let deadline = invocation
+        .time_left()
+        .map(|left| SystemTime::now() + left.saturating_sub(processor.deadline_margin_value()) / 2);
+    let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
+    let read = gate
+        .topology()
+        .read_range(key.stream(), key.shard(), &range, budget)
+        .await;
+    let RangeRead { records, complete } = match read {
+        Ok(read) => read,
+        Err(error) if error.downcast_ref::<CannotRead>().is_some() => {
+            lost(key, &range, &error.to_string());
+            return Ok(unchanged(
+                entries,
+                Some(GapReport::new(range, GapOutcome::NoReader)),
+            ));
+        }
+        Err(error) => {
+            tracing::warn!(
+                stream = key.stream(),
+                shard = key.shard(),
+                %range,
+                %error,
+                "could not read the records the event source mapping skipped; reporting the batch"
+            );
+            let reason = StopReason::GapUnread(format!("reading them ({range}) failed: {error}"));
+            let gap = GapReport::new(range, GapOutcome::Unread(error.to_string()));
+            return Err(Box::new((entries, gap, reason)));
+        }
+    };
+    prepend(
+        processor,
+        key,
+        range,
+        RangeRead { records, complete },
+        entries,
+    )
+}
+
+/// Puts the records read of `range` before the batch's `entries`, unpacked as the batch's are.
+fn prepend<H: Handler>(
+    processor: &Processor<H>,
+    key: &LeaseKey,
+    range: SkippedRange,
+    read: RangeRead,
+    entries: Vec<Entry>,
+) -> Result<Recovery, Unrecovered> {
+    let RangeRead { records, complete } = read;
+    let unchanged = |entries, gap| Recovery {
+        entries,
+        recovered: 0,
+        cut: None,
+        gap,
+    };
+    if records.is_empty() {
+        if complete {
+            tracing::warn!(
+                stream = key.stream(),
+                shard = key.shard(),
+                %range,
+                "the event source mapping skipped records, but the stream holds none of them any more (expired?)"
+            );
+            return Ok(unchanged(
+                entries,
+                Some(GapReport::new(range, GapOutcome::Recovered)),
+            ));
+        }
+        let reason =
+            StopReason::GapUnread(format!("no record {range} could be read in the time left"));
+        let gap = GapReport::new(range, GapOutcome::Unread("out of time".to_owned()));
+        return Err(Box::new((entries, gap, reason)));
+    }
+    // Read in part: the last record read does not run here; it is where the next invocation
+    // reads on from (the row remembers it as the reported record).
+    let marker = (!complete).then(|| records[records.len() - 1].sequence().clone());
+    let read = records.len();
+    let mut recovered: Vec<Entry> = records.into_iter().map(Entry::Record).collect();
+    #[cfg(feature = "kpl")]
+    if processor.deaggregates() {
+        recovered = crate::processor::deaggregate(recovered);
+    }
+    let cut = marker.map(|marker| {
+        recovered
+            .iter()
+            .position(|entry| *entry.sequence() == marker)
+            .unwrap_or(recovered.len())
+    });
+    let outcome = if complete {
+        tracing::info!(
+            stream = key.stream(),
+            shard = key.shard(),
+            %range,
+            records = read,
+            "the event source mapping skipped records; running them before the batch"
+        );
+        GapOutcome::Recovered
+    } else {
+        tracing::warn!(
+            stream = key.stream(),
+            shard = key.shard(),
+            %range,
+            records = read,
+            "the event source mapping skipped more records than one invocation reads; running the first ones, the next invocation reads on"
+        );
+        GapOutcome::Partial
+    };
+    // Without the `kpl` feature, nothing is unpacked.
+    let _ = processor;
+    let count = recovered.len();
+    recovered.extend(entries);
+    Ok(Recovery {
+        entries: recovered,
+        recovered: count,
+        cut,
+        gap: Some(GapReport::new(range, outcome)),
+    })
+}
+
+/// Finds and reads the range the mapping skipped before `entries` (see [`recover`]); when
+/// nothing may run, releases the lease, remembering the batch, and returns the shard's report,
+/// stopped. Otherwise the recovery and the parents to write with the checkpoint.
+pub(crate) async fn recover_or_release<H: Handler>(
+    processor: &Processor<H>,
+    (key, owner): (&LeaseKey, &str),
+    (state, checkpoint): (&LeaseState, Option<&Position>),
+    parent_shards: Vec<String>,
+    entries: Vec<Entry>,
+    invocation: &Invocation,
+    mut report: ShardReport,
+) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
+    let first = entries.first().map(Entry::position);
+    match recover(processor, key, state, checkpoint, entries, invocation).await {
+        Ok(recovery) => Ok((recovery, parent_shards, report)),
+        Err(unrecovered) => {
+            let (entries, gap, reason) = *unrecovered;
+            let remember = super::nothing_ran(state, checkpoint, first.as_ref());
+            processor.release(key, owner, parent_shards, remember).await;
+            report.gap = Some(gap);
+            Err(report.stop_all(&entries, reason))
+        }
+    }
+}
+
+/// Logs a range nothing can read: neither processed nor dead-lettered.
+fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
+    tracing::error!(
+        stream = key.stream(),
+        shard = key.shard(),
+        %range,
+        why,
+        "the event source mapping skipped records that cannot be read here: they are neither processed nor dead-lettered; replay the range by hand"
+    );
+}
+
+/// Dispatch ran `runnable` of the `pending` records, the rest being a range read in part: the
+/// shard stops at the first record not read, unless it stopped before.
+pub(crate) fn stop_at_unread(dispatched: &mut Dispatched, runnable: usize, pending: usize) {
+    dispatched
+        .dispositions
+        .resize(pending, Disposition::NotAttempted);
+    if dispatched.stopped.is_none() {
+        dispatched.dispositions[runnable] = Disposition::Reported;
+        dispatched.stopped = Some((
+            runnable,
+            StopReason::GapUnread(format!(
+                "one invocation reads at most {MAX_RECOVERED_RECORDS} of them, in half its time left; the next one reads on"
+            )),
+        ));
+    }
+}
+
+/// Puts `records` (one per entry) into the report: the first `recovered` under the gap, the
+/// rest as the batch's. Returns the entry to report to Lambda: a recovered record is not in the
+/// batch, so when the shard stopped at one, the batch's first record is reported instead (the
+/// row remembers the recovered one, and the next batch reads on from the checkpoint).
+pub(crate) fn report(
+    report: &mut ShardReport,
+    mut records: Vec<RecordReport>,
+    recovered: usize,
+    stopped: Option<(usize, StopReason)>,
+) -> Option<(usize, StopReason)> {
+    let batch = records.split_off(recovered.min(records.len()));
+    if let Some(gap) = &mut report.gap {
+        gap.recovered = records;
+    }
+    report.records.extend(batch);
+    match stopped {
+        Some((index, reason)) if index < recovered => {
+            if let Some(first) = report
+                .records
+                .first_mut()
+                .filter(|first| first.disposition == Disposition::NotAttempted)
+            {
+                first.disposition = Disposition::Reported;
+            }
+            Some((recovered, reason))
+        }
+        other => other,
+    }
+}
