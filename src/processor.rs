@@ -1072,7 +1072,14 @@ impl<H: Handler> Processor<H> {
         failing: &mut Failing,
     ) -> Result<Disposition, StopReason> {
         let position = record.position();
-        let error = reason.to_string();
+        // `Rejected`'s own text is for a shard that stops there (no sink); a dead letter is
+        // the other case and says only what the handler said.
+        let error = match &reason {
+            StopReason::Rejected(message) if self.dead_letters.is_some() => {
+                format!("the handler rejected the record: {message}")
+            }
+            _ => reason.to_string(),
+        };
         let attempts = failing.failed(&position, &error);
         let Some(sink) = &self.dead_letters else {
             return Err(reason);
@@ -1092,6 +1099,7 @@ impl<H: Handler> Processor<H> {
                     sub_sequence = record.sub_sequence(),
                     attempts,
                     reason = dead_reason.as_str(),
+                    error = letter.error,
                     "dead-lettered the record; moving past it"
                 );
                 failing.succeeded(record);
