@@ -190,7 +190,7 @@ impl Model {
         entry.0 += order["amount_cents"].as_i64().unwrap();
         entry.1 += 1;
         entry.2 = sequence(record);
-        entry.3 = order["currency"].as_str().unwrap().to_owned();
+        order["currency"].as_str().unwrap().clone_into(&mut entry.3);
     }
 
     fn key(stream: &str, record: &KinesisEventRecord) -> String {
@@ -227,7 +227,6 @@ impl Model {
                         .insert(key, vec!["shardId-000000000000".to_owned()]);
                 }
             }
-            "redelivered.json" => {}
             "transient.json" => {
                 orders(&records[..2], self);
                 self.checkpoints.insert(key.clone(), sequence(&records[1]));
@@ -239,7 +238,10 @@ impl Model {
                 orders(&records[..1], self);
                 orders(&records[2..], self);
                 self.checkpoints.insert(key, last(records));
-                let id = payload(&records[1])["order_id"].as_str().unwrap().to_owned();
+                let id = payload(&records[1])["order_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
                 self.dead.push((
                     records[1].clone(),
                     format!("the handler rejected the record: order {id} is marked poison"),
@@ -259,9 +261,11 @@ impl Model {
                     ));
                 }
             }
-            // Duplicates of the one before; and an event whose stream cannot be named, which
+            // Duplicates of a batch done; and an event whose stream cannot be named, which
             // touches no table.
-            "foreign/example-kinesis-event.json" | "foreign/sam-kinesis-get-records.json" => {}
+            "redelivered.json"
+            | "foreign/example-kinesis-event.json"
+            | "foreign/sam-kinesis-get-records.json" => {}
             other => panic!("the test does not know what {other} does; add it to the model"),
         }
     }
@@ -272,47 +276,50 @@ impl Model {
         let dynamodb = aws_sdk_dynamodb::Client::new(
             &common::moto::sdk_config(&env["AWS_ENDPOINT_URL_DYNAMODB"], 1).await,
         );
-        let scan = |table: &str| {
-            let request = dynamodb.scan().table_name(table);
-            async move { request.send().await.unwrap().items.unwrap_or_default() }
-        };
+        self.check_ledger(after, &scan(&dynamodb, &env["LEDGER_TABLE"]).await);
+        self.check_leases(after, &scan(&dynamodb, &env["LEASE_TABLE"]).await);
+        self.check_queue(after, &env).await;
+    }
 
+    fn check_ledger(&self, after: &str, items: &[HashMap<String, AttributeValue>]) {
         let mut orders = BTreeMap::new();
         let mut attempts = BTreeMap::new();
-        for item in scan(&env["LEDGER_TABLE"]).await {
-            let id = s(&item, "order_id");
+        for item in items {
+            let id = s(item, "order_id");
             if id.starts_with("_attempts:") {
                 assert_eq!(item.len(), 2, "{after}: {item:?}");
-                attempts.insert(id, n(&item, "attempts"));
+                attempts.insert(id, n(item, "attempts"));
             } else {
                 assert_eq!(item.len(), 5, "{after}: {item:?}");
                 orders.insert(
                     id,
                     (
-                        n(&item, "total_cents"),
-                        n(&item, "applied"),
-                        s(&item, "last_sequence"),
-                        s(&item, "currency"),
+                        n(item, "total_cents"),
+                        n(item, "applied"),
+                        s(item, "last_sequence"),
+                        s(item, "currency"),
                     ),
                 );
             }
         }
         assert_eq!(orders, self.orders, "the ledger after {after}");
         assert_eq!(attempts, self.attempts, "the attempt counts after {after}");
+    }
 
+    fn check_leases(&mut self, after: &str, rows: &[HashMap<String, AttributeValue>]) {
         let mut keys = Vec::new();
-        for row in scan(&env["LEASE_TABLE"]).await {
-            let key = s(&row, "lease_key");
+        for row in rows {
+            let key = s(row, "lease_key");
             keys.push(key.clone());
             assert!(
                 !row.contains_key("lease_owner") && !row.contains_key("lease_expiry"),
                 "after {after}, every invocation released {key}: {row:?}"
             );
-            let counter = n(&row, "lease_counter");
+            let counter = n(row, "lease_counter");
             let seen = self.counters.entry(key.clone()).or_insert(0);
             assert!(counter >= *seen, "{key}'s counter went back after {after}");
             *seen = counter;
-            let checkpoint = row.get("checkpoint").map(|_| s(&row, "checkpoint"));
+            let checkpoint = row.get("checkpoint").map(|_| s(row, "checkpoint"));
             assert_eq!(
                 checkpoint.as_ref(),
                 self.checkpoints.get(&key),
@@ -339,9 +346,7 @@ impl Model {
                 self.failing.get(&key),
                 "{key}'s failing record after {after}"
             );
-            let parents = row
-                .get("parent_shards")
-                .map(|p| p.as_ss().unwrap().clone());
+            let parents = row.get("parent_shards").map(|p| p.as_ss().unwrap().clone());
             assert_eq!(
                 parents.as_ref(),
                 self.parents.get(&key),
@@ -358,7 +363,7 @@ impl Model {
                         .as_secs(),
                 )
                 .unwrap();
-                let ttl = n(&row, "expires_at") - now;
+                let ttl = n(row, "expires_at") - now;
                 assert!((2 * 86_400 - 600..=2 * 86_400).contains(&ttl), "{ttl}");
             }
             let known = [
@@ -380,7 +385,9 @@ impl Model {
         // ends) would show here; none is expected.
         want.sort();
         assert_eq!(keys, want, "the lease rows after {after}");
+    }
 
+    async fn check_queue(&self, after: &str, env: &HashMap<String, String>) {
         let sqs = aws_sdk_sqs::Client::new(
             &common::moto::sdk_config(&env["AWS_ENDPOINT_URL_SQS"], 1).await,
         );
@@ -419,10 +426,7 @@ fn check_letter(letter: &Value, record: &KinesisEventRecord, error: &str) {
         ("shard", shard(record).into()),
         ("sequence_number", sequence(record).into()),
         ("sub_sequence_number", Value::Null),
-        (
-            "partition_key",
-            record.kinesis.partition_key.clone().into(),
-        ),
+        ("partition_key", record.kinesis.partition_key.clone().into()),
         ("explicit_hash_key", Value::Null),
         ("attempts", 1.into()),
         ("reason", "rejected".into()),
@@ -445,7 +449,12 @@ fn check_letter(letter: &Value, record: &KinesisEventRecord, error: &str) {
         Some(arrival_millis(record)),
         "{letter}"
     );
-    assert!(letter["approximate_arrival"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        letter["approximate_arrival"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
     assert!(
         letter["dead_lettered_at"]
             .as_str()
@@ -469,7 +478,9 @@ fn arrival_millis(record: &KinesisEventRecord) -> i64 {
                 serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             for raw in event["Records"].as_array().unwrap() {
                 if raw["eventID"] == id {
-                    let seconds = raw["kinesis"]["approximateArrivalTimestamp"].as_f64().unwrap();
+                    let seconds = raw["kinesis"]["approximateArrivalTimestamp"]
+                        .as_f64()
+                        .unwrap();
                     #[allow(clippy::cast_possible_truncation)]
                     return (seconds * 1_000.0).round() as i64;
                 }
@@ -477,6 +488,14 @@ fn arrival_millis(record: &KinesisEventRecord) -> i64 {
         }
     }
     panic!("no event file holds {id}")
+}
+
+async fn scan(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<HashMap<String, AttributeValue>> {
+    let output = client.scan().table_name(table).send().await.unwrap();
+    output.items.unwrap_or_default()
 }
 
 fn s(item: &HashMap<String, AttributeValue>, name: &str) -> String {
@@ -502,9 +521,7 @@ fn foreign_line(file: &str, record: &KinesisEventRecord) -> Option<(&'static str
     match file {
         "foreign/example-kinesis-event-encrypted.json" => Some((
             "dead-lettered the record",
-            format!(
-                "stream=\"simple-stream\" shard=\"shardId-000000000000\" sequence={sequence}"
-            ),
+            format!("stream=\"simple-stream\" shard=\"shardId-000000000000\" sequence={sequence}"),
         )),
         "foreign/sam-kinesis-get-records.json" => Some((
             "eventSourceARN Some(\"arn:aws:kinesis:EXAMPLE\") is not 'arn:aws:kinesis:<region>:<account>:stream/<name>'",
@@ -525,7 +542,10 @@ async fn the_readme_local_loop_gives_every_answer_and_effect_events_readme_promi
     let stack = Stack {
         env: vec![
             ("LOCAL_STATE", state.display().to_string()),
-            ("LOCAL_FUNCTION_BIN", env!("CARGO_BIN_EXE_ledger").to_owned()),
+            (
+                "LOCAL_FUNCTION_BIN",
+                env!("CARGO_BIN_EXE_ledger").to_owned(),
+            ),
         ],
     };
     assert!(
