@@ -284,6 +284,14 @@ async fn check_tables(dynamodb: &aws_sdk_dynamodb::Client, leases: &str, ledger:
     );
     let parent = &lease_rows[&format!("orders:{PARENT}")];
     assert_eq!(s(parent, "checkpoint"), "SHARD_END");
+    assert!(parent.contains_key("expires_at") && !parent.contains_key("lease_owner"));
+    for row in [left, right] {
+        assert!(!row.contains_key("lease_expiry") && !row.contains_key("expires_at"));
+        assert!(
+            n(row, "lease_counter") >= 2,
+            "claimed and checkpointed: {row:?}"
+        );
+    }
     assert_eq!(
         n(parent, "lease_counter"),
         1,
