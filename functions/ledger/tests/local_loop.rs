@@ -200,8 +200,7 @@ fn check_log_lines(path: &str, log: &str) {
 async fn the_readme_local_loop_gives_every_answer_and_effect_events_readme_promises() {
     let commands = readme_commands();
     let answers = promised_answers();
-    let state = root()
-        .join("target")
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("local-loop-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let stack = Stack {

@@ -41,7 +41,8 @@ impl Function {
             .local_addr()
             .unwrap()
             .port();
-        let log = root().join("target/e2e-managed-instances.log");
+        let log =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-managed-instances.log");
         let file = std::fs::File::create(&log).unwrap();
         let cargo_lambda = std::env::var_os("CARGO_LAMBDA")
             .map_or_else(|| python().with_file_name("cargo-lambda"), Into::into);
