@@ -8,7 +8,11 @@
 #   make build      the ledger function for Lambda (arm64, lambda profile) with cargo lambda
 #   make deploy     sam build && sam deploy (the stack of template.yaml)
 #   make watch      the function under `cargo lambda watch`, against LOCAL_ENDPOINT
+#   make local-up   the whole local stack on 127.0.0.1: moto, kinesis-local, the stream, tables,
+#                   queue, and the function under `cargo lambda watch` (state in LOCAL_STATE)
 #   make invoke EVENT=events/batch.json
+#   make local-show the local lease rows, ledger rows and dead letters
+#   make local-down every process local-up started, stopped by its PID
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors
 #   make publishable  what a user of the published crates gets: every minimum version is the
@@ -34,6 +38,7 @@ EVENT ?= events/batch.json
 STACK ?= kinesis-checkpoint
 
 .PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench clean venv
+.PHONY: local-up local-down local-show
 
 all: build
 
@@ -91,8 +96,22 @@ watch: $(VENV)/.installed
 	  --env-var AWS_ENDPOINT_URL=$(LOCAL_ENDPOINT) --env-var AWS_REGION=us-east-1 \
 	  --env-var AWS_ACCESS_KEY_ID=test --env-var AWS_SECRET_ACCESS_KEY=test
 
+# The function of `make local-up` when it is up (its port is in the state folder), else
+# `cargo lambda watch`'s default port.
+export LOCAL_STATE ?= target/local
+LOCAL_PORT ?= $(shell cat $(LOCAL_STATE)/port 2>/dev/null || echo 9000)
 invoke: $(VENV)/.installed
-	cargo lambda invoke --invoke-address 127.0.0.1 ledger --data-file $(EVENT)
+	cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port $(LOCAL_PORT) ledger --data-file $(EVENT)
+
+# scripts/local-stack says what the stack holds and where its logs go.
+local-up: $(VENV)/.installed $(KINESIS_LOCAL)
+	$(VENV)/bin/python scripts/local-stack up
+
+local-down:
+	$(VENV)/bin/python scripts/local-stack down
+
+local-show:
+	$(VENV)/bin/python scripts/local-stack show
 
 lint:
 	cargo fmt --all -- --check

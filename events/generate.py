@@ -55,6 +55,8 @@ transient = [
     for i in range(5)
 ]
 write("transient.json", transient)
+# What the event source mapping delivers next: the batch again from the reported record.
+write("transient-redelivered.json", transient[2:])
 # The second record can never succeed.
 poison = [
     record(SHARD0, 20 + i, f"C-{3000 + i}", 700 + i, **({"fail": "poison"} if i == 1 else {}))

@@ -204,6 +204,7 @@ impl DynamoLeaseStore {
     /// Counts one request about to be sent, for [`LeaseStore::requests`].
     fn count_request(&self) {
         self.sent.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count_request();
     }
 
     /// An `UpdateItem` on `key`'s row that bumps the fencing counter, as every write does.

@@ -14,6 +14,8 @@
 //! [embedded metric format]: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
 
 use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -311,24 +313,55 @@ fn now_millis() -> u64 {
 /// The processor's side of the metrics: a store wrapper that times the final writes, and the
 /// store's request count when the invocation began.
 ///
-/// One Lambda execution environment runs one invocation at a time, so the figures taken between
-/// [`begin`](Self::begin) and [`end`](Self::end) are that invocation's. Batches processed
-/// concurrently by one processor (a test's) share them.
+/// One process may run several invocations at once (Lambda Managed Instances, or a test that
+/// calls one processor concurrently), so the figures are kept per invocation: the invocation
+/// runs inside [`scope`](Self::scope), where the checkpoint latencies and the requests of
+/// [`DynamoLeaseStore`](crate::DynamoLeaseStore) are counted into its own [`Counters`]. A store
+/// that counts its requests only in total ([`LeaseStore::requests`]) is measured by the
+/// difference between [`begin`](Self::begin) and [`end`](Self::end), which includes the requests
+/// of invocations that overlap.
 pub(crate) struct Meter {
     metrics: Metrics,
     store: Arc<Metered>,
 }
 
-/// The request count at the start of an invocation.
-pub(crate) struct Started(Option<u64>);
+/// What one invocation counts while it runs.
+#[derive(Default)]
+pub(crate) struct Counters {
+    requests: AtomicU64,
+    latencies: Mutex<Vec<Duration>>,
+}
+
+tokio::task_local! {
+    /// The counters of the invocation being polled, whichever task polls it.
+    static INVOCATION: Arc<Counters>;
+}
+
+/// Counts one lease-table request for the invocation being polled, if it is metered.
+pub(crate) fn count_request() {
+    let _ = INVOCATION.try_with(|counters| counters.requests.fetch_add(1, Ordering::Relaxed));
+}
+
+fn record_latency(latency: Duration) {
+    let _ = INVOCATION.try_with(|counters| {
+        counters
+            .latencies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(latency);
+    });
+}
+
+/// The store's request count at the start of an invocation, and the invocation's counters.
+pub(crate) struct Started {
+    before: Option<u64>,
+    counters: Arc<Counters>,
+}
 
 impl Meter {
     /// Wraps `store`; the processor must use the returned store from now on.
     pub(crate) fn new(metrics: Metrics, store: Arc<dyn LeaseStore>) -> (Self, Arc<dyn LeaseStore>) {
-        let metered = Arc::new(Metered {
-            inner: store,
-            latencies: Mutex::default(),
-        });
+        let metered = Arc::new(Metered { inner: store });
         let meter = Self {
             metrics,
             store: Arc::clone(&metered),
@@ -342,18 +375,37 @@ impl Meter {
     }
 
     pub(crate) fn begin(&self) -> Started {
-        self.store.take_latencies();
-        Started(self.store.inner.requests())
+        Started {
+            before: self.store.inner.requests(),
+            counters: Arc::default(),
+        }
+    }
+
+    /// Runs `work`, the invocation begun with `started`, counting into its own counters.
+    pub(crate) async fn scope<F: Future>(&self, started: &Started, work: F) -> F::Output {
+        INVOCATION.scope(Arc::clone(&started.counters), work).await
     }
 
     /// Emits the invocation's metrics.
     pub(crate) fn end(&self, started: &Started, report: &BatchReport) {
         let mut metrics = InvocationMetrics::from_report(report);
-        metrics.dynamodb_requests = started
-            .0
-            .zip(self.store.inner.requests())
-            .map(|(before, after)| after.saturating_sub(before));
-        metrics.checkpoint_latency = self.store.take_latencies();
+        let counted = started.counters.requests.load(Ordering::Relaxed);
+        // Nothing counted: a store that counts only in total, or no request at all.
+        metrics.dynamodb_requests = if counted > 0 {
+            Some(counted)
+        } else {
+            started
+                .before
+                .zip(self.store.inner.requests())
+                .map(|(before, after)| after.saturating_sub(before))
+        };
+        metrics.checkpoint_latency = std::mem::take(
+            &mut *started
+                .counters
+                .latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         self.metrics.emit(&metrics);
     }
 }
@@ -363,18 +415,6 @@ impl Meter {
 /// one request.
 struct Metered {
     inner: Arc<dyn LeaseStore>,
-    latencies: Mutex<Vec<Duration>>,
-}
-
-impl Metered {
-    fn take_latencies(&self) -> Vec<Duration> {
-        std::mem::take(
-            &mut *self
-                .latencies
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-    }
 }
 
 impl LeaseStore for Metered {
@@ -453,10 +493,7 @@ impl LeaseStore for Metered {
         Box::pin(async move {
             let started = Instant::now();
             let written = self.inner.commit(key, owner, commit).await;
-            self.latencies
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(started.elapsed());
+            record_latency(started.elapsed());
             written
         })
     }
@@ -485,10 +522,7 @@ impl LeaseStore for Metered {
         Box::pin(async move {
             let started = Instant::now();
             let written = self.inner.commit_rows(commits).await;
-            self.latencies
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(started.elapsed());
+            record_latency(started.elapsed());
             written
         })
     }

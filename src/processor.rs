@@ -649,6 +649,11 @@ impl<H: Handler> Processor<H> {
 
     /// The processor as a Lambda service, for `lambda_runtime::run`.
     ///
+    /// It is `Clone`, as `lambda_runtime::run_concurrent` (feature `concurrency-tokio`, for
+    /// Lambda Managed Instances) needs to run several invocations at once in one process: each
+    /// invocation claims its shard as its own owner (the function name and its request id), so
+    /// two of one shard exclude each other through the lease while other shards proceed.
+    ///
     /// ```no_run
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
@@ -665,7 +670,7 @@ impl<H: Handler> Processor<H> {
         Response = KinesisEventResponse,
         Error = ProcessError,
         Future = impl Future<Output = Result<KinesisEventResponse, ProcessError>> + Send,
-    > {
+    > + Clone {
         // The event is read as `LambdaKinesisEvent`: exact arrival times, and no timestamp
         // that fails or panics the batch.
         lambda_runtime::service_fn(move |event: LambdaEvent<LambdaKinesisEvent>| {
@@ -746,16 +751,25 @@ impl<H: Handler> Processor<H> {
             }
         }
         let mut report = BatchReport::default();
-        for group in groups {
-            let span = tracing::info_span!(
-                "shard",
-                stream = group.key.stream(),
-                shard = group.key.shard(),
-                records = group.entries.len(),
-            );
-            let shard = self.run_shard(group, &invocation).instrument(span).await;
-            report.shards.push(shard);
-        }
+        let shards = async {
+            let mut shards = Vec::with_capacity(groups.len());
+            for group in groups {
+                let span = tracing::info_span!(
+                    "shard",
+                    stream = group.key.stream(),
+                    shard = group.key.shard(),
+                    records = group.entries.len(),
+                );
+                shards.push(self.run_shard(group, &invocation).instrument(span).await);
+            }
+            shards
+        };
+        // Metered, the invocation counts its own requests and checkpoint latencies, apart from
+        // others this process runs at the same time (Lambda Managed Instances).
+        report.shards = match (&self.meter, &started) {
+            (Some(meter), Some(started)) => meter.scope(started, shards).await,
+            _ => shards.await,
+        };
         for malformed in orphans {
             tracing::error!(%malformed, "reporting a record of unknown stream and shard");
             let sequence = malformed
@@ -1221,7 +1235,14 @@ impl<H: Handler> Processor<H> {
         failing: &mut Failing,
     ) -> Result<Disposition, StopReason> {
         let position = record.position();
-        let error = reason.to_string();
+        // `Rejected`'s own text is for a shard that stops there (no sink); a dead letter is
+        // the other case and says only what the handler said.
+        let error = match &reason {
+            StopReason::Rejected(message) if self.dead_letters.is_some() => {
+                format!("the handler rejected the record: {message}")
+            }
+            _ => reason.to_string(),
+        };
         let attempts = failing.failed(&position, &error);
         let Some(sink) = &self.dead_letters else {
             return Err(reason);
@@ -1241,6 +1262,7 @@ impl<H: Handler> Processor<H> {
                     sub_sequence = record.sub_sequence(),
                     attempts,
                     reason = dead_reason.as_str(),
+                    error = letter.error,
                     "dead-lettered the record; moving past it"
                 );
                 failing.succeeded(record);

@@ -256,3 +256,81 @@ async fn the_dynamodb_requests_in_the_metrics_are_those_the_server_received() {
             .any(|m| m["Name"] == "CheckpointLatency" && m["Unit"] == "Milliseconds")
     );
 }
+
+/// Two invocations at once on one processor, as on Lambda Managed Instances: the one of shard
+/// 1 waits, inside its handler, until the one of shard 2 has answered, so shard 2's whole
+/// invocation runs inside shard 1's. Each metric line must still count only its own requests
+/// (the same as a lone invocation of a fresh shard costs, recorded by moto) and its own
+/// checkpoint write.
+#[tokio::test]
+async fn two_invocations_at_once_each_count_only_their_own_requests_and_checkpoint() {
+    let moto = Moto::start(true);
+    let config = moto.sdk_config(1).await;
+    let table = unique("metrics");
+    create_lease_table(&config, &table).await;
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (done, answered) = tokio::sync::watch::channel(false);
+    let processor = Processor::new(
+        Arc::new(DynamoLeaseStore::new(&config, &table)),
+        move |record: Record| {
+            let mut answered = answered.clone();
+            async move {
+                if record.shard() == "shardId-000000000001" {
+                    answered.wait_for(|done| *done).await.unwrap();
+                }
+                Outcome::ack()
+            }
+        },
+    )
+    .metrics(metrics_into(&lines));
+
+    // What one invocation of a fresh shard costs when it runs alone.
+    moto.start_recording();
+    processor
+        .process(
+            common::batch("orders", "shardId-000000000000", 0..3),
+            &context("alone", 60_000),
+        )
+        .await
+        .unwrap();
+    let alone = moto
+        .stop_recording()
+        .iter()
+        .filter(|target| target.starts_with("DynamoDB_"))
+        .count();
+
+    let first_context = context("first", 60_000);
+    let first = processor.process(
+        common::batch("orders", "shardId-000000000001", 0..3),
+        &first_context,
+    );
+    let second = async {
+        let response = processor
+            .process(
+                common::batch("orders", "shardId-000000000002", 0..3),
+                &context("second", 60_000),
+            )
+            .await;
+        done.send(true).unwrap();
+        response
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert!(reported(&first.unwrap()).is_empty() && reported(&second.unwrap()).is_empty());
+
+    let lines = lines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let metrics: Vec<Value> = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(metrics.len(), 3);
+    for (metric, invocation) in metrics.iter().zip(["alone", "second", "first"]) {
+        assert_eq!(
+            metric["DynamoDBRequests"].as_u64(),
+            Some(u64::try_from(alone).unwrap()),
+            "{invocation}: {metric}"
+        );
+        assert_eq!(metric["Processed"], 3, "{invocation}");
+        let latencies = metric["CheckpointLatency"].as_array().unwrap();
+        assert_eq!(latencies.len(), 1, "{invocation}: its own final write only");
+    }
+}

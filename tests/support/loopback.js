@@ -16,5 +16,8 @@ net.Server.prototype.listen = function (...args) {
   return listen.apply(this, args);
 };
 
-process.stdin.on("end", () => process.exit(0));
-process.stdin.resume();
+// The local stack (scripts/local-stack) runs it detached and stops it by its PID instead.
+if (!process.env.LOOPBACK_DETACHED) {
+  process.stdin.on("end", () => process.exit(0));
+  process.stdin.resume();
+}

@@ -110,6 +110,7 @@ fn write_orders(stream: &MemoryStream, orders: usize, rng: &mut Rng) -> Workload
             currency: currency.to_owned(),
             fail: None,
             fail_times: None,
+            pause_ms: None,
         };
         workload.written += 1;
         if n == orders / 2 {

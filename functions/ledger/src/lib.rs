@@ -16,7 +16,9 @@
 //! - `"fail": "transient"` fails the record with a retry on its first `fail_times` attempts
 //!   (default 1), as a downstream outage would; attempts are counted in the book, so they
 //!   survive cold starts;
-//! - `"fail": "poison"` rejects the record: it can never succeed.
+//! - `"fail": "poison"` rejects the record: it can never succeed;
+//! - `"pause_ms": N` waits N milliseconds before applying, as a slow downstream would (the
+//!   tests of concurrent invocations hold a lease with it).
 //!
 //! A payload that is not such JSON, or has an empty `order_id`, is rejected too.
 
@@ -45,6 +47,9 @@ pub struct Order {
     /// How many attempts a `"fail": "transient"` record fails before it succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_times: Option<u32>,
+    /// Milliseconds to wait before applying, for tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<u64>,
 }
 
 fn default_currency() -> String {
@@ -168,6 +173,9 @@ async fn apply(book: &impl Book, order: &Order, record: &Record) -> Outcome {
             Err(error) => return Outcome::retry(error),
         },
         None => {}
+    }
+    if let Some(pause) = order.pause_ms {
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
     }
     match book.apply(order, sequence).await {
         Ok(()) => {

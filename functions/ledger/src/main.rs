@@ -6,8 +6,10 @@
 //! parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a mapping with
 //! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `MAX_IN_FLIGHT` (records of
 //! different partition keys run at once, default 1: in order), and the SDK's own variables
-//! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_KINESIS` at a local Kinesis
-//! only).
+//! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_DYNAMODB`,
+//! `AWS_ENDPOINT_URL_SQS` and `AWS_ENDPOINT_URL_KINESIS` one service each, as `make local-up`
+//! does), and `AWS_LAMBDA_MAX_CONCURRENCY` (set by Lambda Managed Instances: how many
+//! invocations run at once in this process; unset or 1, one at a time).
 
 use std::sync::Arc;
 
@@ -48,5 +50,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         processor =
             processor.max_attempts(attempts.parse().map_err(|_| "MAX_ATTEMPTS is a number")?);
     }
-    lambda_runtime::run(processor.service()).await
+    // One invocation at a time, as on classic Lambda, unless `AWS_LAMBDA_MAX_CONCURRENCY` (set
+    // by Lambda Managed Instances, or by `cargo lambda watch --concurrency N`) allows more: then
+    // that many at once in this process, each with its own lease owner (its request id).
+    lambda_runtime::run_concurrent(processor.service()).await
 }
