@@ -500,6 +500,8 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
             failure: letters.part_failure,
             rng: Mutex::new(Rng::new(scenario.seed ^ 0xF1A4)),
             refused: AtomicU64::new(0),
+            refusals: Mutex::default(),
+            trace: shared.trace.clone(),
         })
     });
     let dead_letters: Arc<dyn DeadLetterSink> = match &queue {

@@ -87,6 +87,11 @@ pub struct FlakyQueue {
     pub failure: f64,
     pub rng: Mutex<Rng>,
     pub refused: AtomicU64,
+    /// Refusals that were not injected: SQS would refuse those parts too.
+    pub refusals: Mutex<Vec<String>>,
+    /// The scenario's trace, where a refusal is noted as it happens (a shard stuck on a dead
+    /// letter that can never be sent ends the scenario by its time limit).
+    pub trace: Arc<Mutex<Vec<String>>>,
 }
 
 impl MessageQueue for FlakyQueue {
@@ -106,7 +111,22 @@ impl MessageQueue for FlakyQueue {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Box::pin(async { Err("injected: the part send was lost".into()) });
         }
-        self.queue.send_message(message)
+        Box::pin(async move {
+            let sent = self.queue.send_message(message).await;
+            if let Err(error) = &sent {
+                let body: serde_json::Value =
+                    serde_json::from_str(&message.body).unwrap_or_default();
+                let line = format!(
+                    "the queue refused part {} of a dead letter of record {} ({} bytes): {error}",
+                    body["part"],
+                    body["sequence_number"],
+                    message.size()
+                );
+                self.trace.lock().unwrap().push(line.clone());
+                self.refusals.lock().unwrap().push(line);
+            }
+            sent
+        })
     }
 
     fn receive_messages(
@@ -186,6 +206,10 @@ pub async fn check_letters(
         .flat_map(|shard| stream.records(shard))
         .map(|record| (record.sequence.clone(), record.data.to_vec()))
         .collect();
+    let refusals = queue.refusals.lock().unwrap().clone();
+    if let Some(first) = refusals.first() {
+        return Err(format!("{first} ({} refusals in all)", refusals.len()));
+    }
     let redriven = Arc::new(Mutex::new(Vec::new()));
     let keep = redriven.clone();
     let handler = move |record: Record| {
