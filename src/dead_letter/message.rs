@@ -494,3 +494,88 @@ fn rfc3339(time: SystemTime) -> String {
         .fmt(DateTimeFormat::DateTime)
         .unwrap_or_default()
 }
+
+#[cfg(all(test, feature = "local"))]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "small random numbers drawn as u64"
+)]
+mod tests {
+    use super::*;
+    use crate::dead_letter::DeadLetterReason;
+    use crate::local::Rng;
+
+    fn letter(data: Vec<u8>, key: &str, error: &str) -> DeadLetter {
+        let record = Record::new(
+            LeaseKey::new("orders", "shardId-000000000002"),
+            "49656139270218735118962416178386539874290435484610000009"
+                .parse()
+                .unwrap(),
+            key,
+            data,
+        );
+        DeadLetter::new(record, 2, error, DeadLetterReason::Exhausted)
+    }
+
+    #[test]
+    fn every_part_fits_the_limit_and_the_parts_of_one_send_join_to_the_payload() {
+        let mut rng = Rng::new(7);
+        for _ in 0..200 {
+            let max = 4_096 + rng.below(20_000) as usize;
+            let data: Vec<u8> = (0..rng.below(60_000))
+                .map(|_| rng.below(256) as u8)
+                .collect();
+            let error: String = (0..rng.below(40_000))
+                .map(|_| char::from_u32(rng.below(0x11_0000) as u32).unwrap_or('\u{fffe}'))
+                .collect();
+            let key: String = (0..rng.below(256))
+                .map(|_| char::from_u32(rng.below(0x3_0000) as u32).unwrap_or('\0'))
+                .collect();
+            let letter = letter(data.clone(), &key, &error);
+            let messages = encode(&letter, max, "s1").unwrap();
+            let bodies: Vec<Body> = messages
+                .iter()
+                .map(|message| {
+                    assert!(message.size() <= max, "{} > {max}", message.size());
+                    assert!(is_sqs_text(&message.body));
+                    for (_, value) in &message.attributes {
+                        assert!(!value.value.is_empty() && is_sqs_text(&value.value));
+                    }
+                    decode(&message.body).expect("ours")
+                })
+                .collect();
+            assert_eq!(bodies.len(), bodies[0].parts);
+            let record = rebuild(&bodies.iter().collect::<Vec<_>>()).unwrap();
+            assert_eq!(record.data(), &data[..]);
+            assert_eq!(record.partition_key(), key);
+            assert_eq!(bodies[0].error_bytes, error.len());
+            let kept = bodies[0].error.split("… [cut: ").next().unwrap();
+            assert!(error.starts_with(kept));
+            assert_eq!(bodies[0].error_cut, kept.len() < error.len());
+        }
+    }
+
+    #[test]
+    fn parts_of_two_sends_do_not_join_to_a_record() {
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
+        let first = encode(&letter(data.clone(), "k", "short"), 8_192, "a").unwrap();
+        let second = encode(&letter(data, "k", &"longer ".repeat(100)), 8_192, "b").unwrap();
+        let mut mixed: Vec<Body> = vec![decode(&first[0].body).unwrap()];
+        mixed.extend(second[1..].iter().map(|m| decode(&m.body).unwrap()));
+        let error = rebuild(&mixed.iter().collect::<Vec<_>>()).unwrap_err();
+        assert!(error.contains("MD5") || error.contains("base64"), "{error}");
+        assert!(error.contains("shardId-000000000002"), "{error}");
+    }
+
+    #[test]
+    fn metadata_too_large_for_a_message_is_a_clear_error() {
+        let key = "k".repeat(5_000);
+        let error = encode(&letter(vec![1], &key, ""), 4_096, "a").unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("49656139270218735118962416178386539874290435484610000009"));
+        assert!(
+            message.contains("a partition key of 5000 bytes"),
+            "{message}"
+        );
+    }
+}
