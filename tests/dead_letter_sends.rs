@@ -1,6 +1,7 @@
 //! Dead letters split over several SQS messages, through the real SDK against moto on
 //! 127.0.0.1: a send whose part fails, a record sent twice, messages of 0.1.0's format; redrive
-//! joins the parts of one send only, checks them, and leaves (and says) what it cannot join.
+//! joins the parts of one send only, checks them, runs a record sent twice once, and leaves (and
+//! says) what it cannot join.
 
 #![allow(
     clippy::cast_possible_truncation,
@@ -325,13 +326,24 @@ async fn messages_of_the_0_1_0_format_are_joined_when_they_come_from_one_send_an
     setup
         .send_raw(&old_body(3, 3, &encoded[16_000..], two))
         .await;
+    // `three`: dead-lettered twice whole (an invocation died before its checkpoint).
+    let three = "49656139270218735118962416178386539874290435484610000003";
+    setup.send_raw(&old_body(1, 1, &encoded, three)).await;
+    setup.send_raw(&old_body(1, 1, &encoded, three)).await;
 
-    let (report, seen) = setup.redrive().await;
+    let (report, mut seen) = setup.redrive().await;
 
-    assert_eq!(seen.len(), 1, "{report:?}");
+    seen.sort_by(|a, b| a.sequence().cmp(b.sequence()));
+    assert_eq!(seen.len(), 2, "{report:?}");
     assert_eq!(seen[0].sequence().as_str(), one);
     assert_same_bytes(seen[0].data(), &payload());
-    assert_eq!((report.redriven, report.incomplete), (1, 1), "{report:?}");
+    assert_eq!(seen[1].sequence().as_str(), three);
+    assert_same_bytes(seen[1].data(), &payload());
+    assert_eq!(
+        (report.redriven, report.leftovers, report.incomplete),
+        (2, 1, 1),
+        "{report:?}"
+    );
     assert!(
         report.left[0].contains(two) && report.left[0].contains("0.1.0"),
         "{report:?}"

@@ -150,6 +150,9 @@ pub async fn redrive_queue<Q: MessageQueue + ?Sized, H: Handler>(
     run.finish().await
 }
 
+/// A part received, with its receipt.
+type Held = (Body, String);
+
 /// The parts of one send received so far, by part number, with their receipts.
 #[derive(Default)]
 struct Send {
@@ -325,10 +328,25 @@ impl<Q: MessageQueue + ?Sized, H: Handler> Run<'_, Q, H> {
         Ok(self.report)
     }
 
-    /// 0.1.0's parts of one record: joined when each part number is there once (every send
-    /// starts from part 1, so one part 1 means one send); otherwise they cannot be told apart.
+    /// 0.1.0's parts of one record: a message that is a whole send is run; split ones are
+    /// joined when each part number is there once (every send starts from part 1, so one part 1
+    /// means one send); otherwise they cannot be told apart.
     async fn legacy(&mut self, id: &LetterId, send: Send) -> Result<(), RedriveError> {
-        let mut bodies: Vec<(Body, String)> = send.parts.into_values().collect();
+        let (singles, mut bodies): (Vec<Held>, Vec<Held>) = send
+            .parts
+            .into_values()
+            .partition(|(body, _)| body.parts == 1);
+        // A message that is a whole send is unambiguous; a second one is a copy of the record.
+        for (body, receipt) in singles {
+            let send = Send {
+                parts: BTreeMap::from([(1, (body, receipt))]),
+                copies: Vec::new(),
+            };
+            self.complete(id, send).await?;
+        }
+        if bodies.is_empty() {
+            return Ok(());
+        }
         bodies.sort_by_key(|(body, _)| body.part);
         let parts = bodies[0].0.parts;
         let one_send = bodies.len() == parts
