@@ -269,10 +269,8 @@ impl fmt::Display for StopReason {
             Self::Store(error) => write!(f, "the lease store failed: {error}"),
             Self::BadCheckpoint(error) => write!(f, "the stored checkpoint is unreadable: {error}"),
             Self::Retry(error) => write!(f, "the handler asked for a retry: {error}"),
-            Self::Rejected(error) => write!(
-                f,
-                "the handler rejected the record and no dead-letter sink is configured: {error}"
-            ),
+            // Also the dead letter's error when a sink takes the record: say what happened only.
+            Self::Rejected(error) => write!(f, "the handler rejected the record: {error}"),
             Self::Panicked(message) => write!(f, "the handler panicked: {message}"),
             Self::HandlerTimedOut => f.write_str("the handler ran into the invocation's deadline"),
             Self::Deadline => f.write_str("too little time left before the invocation's deadline"),
@@ -1245,6 +1243,9 @@ impl<H: Handler> Processor<H> {
         };
         let attempts = failing.failed(&position, &error);
         let Some(sink) = &self.dead_letters else {
+            if rejected {
+                tracing::warn!(%reason, "no dead-letter sink is configured: the rejected record is reported and retried");
+            }
             return Err(reason);
         };
         let dead_reason = if rejected {

@@ -188,6 +188,33 @@ async fn a_poison_record_mid_batch_is_queued_with_its_payload_and_the_rest_run_o
 }
 
 #[tokio::test]
+async fn a_rejected_records_dead_letter_says_the_handler_rejected_it_and_nothing_about_a_missing_sink()
+ {
+    let setup = setup().await;
+    let processor = Processor::new(Arc::new(setup.store.clone()), |record: Record| async move {
+        if n_of(&record) == 1 {
+            Outcome::reject("order 1 has no customer")
+        } else {
+            Outcome::ack()
+        }
+    })
+    .dead_letters(setup.sink());
+
+    processor
+        .process(batch("orders", SHARD, 0..3), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    let messages = setup.messages().await;
+    assert_eq!(messages.len(), 1);
+    let (body, attributes) = &messages[0];
+    let said = "the handler rejected the record: order 1 has no customer";
+    assert_eq!(body["error"], json!(said));
+    assert_eq!(attributes["error"], said);
+    assert_eq!(body["reason"], json!("rejected"));
+}
+
+#[tokio::test]
 async fn failures_are_counted_across_cold_starts_until_the_record_is_dead_lettered() {
     let setup = setup().await;
     let seen = Seen::default();

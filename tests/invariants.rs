@@ -20,6 +20,14 @@
 //! order) in `target/invariant-traces/`, and prints its end; `INVARIANT_TRACE=1` leaves every
 //! scenario's. `make soak` runs 20,000.
 //!
+//! The dead-letter family (a third of the scenarios, drawn from the seed apart from the rest so
+//! that the other settings stay as they were): dead letters go to a [`MemoryQueue`] that applies
+//! SQS's limits (messages of 4 to 16 KiB, the characters SQS accepts) through the same chunking
+//! code as SQS, its part sends fail by chance, records are padded past the message size, and
+//! handler errors run from 0 bytes to 300 KB of control characters, NUL, U+FFFE/U+FFFF and astral
+//! characters. At the end a redrive must give back every dead-lettered record once, byte for
+//! byte, and leave only partial sends of records that were processed (`check_letters`).
+//!
 //! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
 //! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
 //! at its checkpoint. Shard-mode scenarios only: the partition-key mode has no shard lease.
@@ -35,6 +43,8 @@ mod common;
 // Not in `common`: the function crates that share it build no KPL encoder.
 #[path = "common/kpl.rs"]
 mod kpl_encoder;
+#[path = "invariants/letters.rs"]
+mod letters;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +54,7 @@ use std::time::Duration;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use common::faults::{Chaos, ChaosLevels};
+use kinesis_checkpoint::dead_letter::MemoryQueue;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
     EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
@@ -53,6 +64,7 @@ use kinesis_checkpoint::{
     LeaseState, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position,
     Processor, Record, SequenceNumber,
 };
+use letters::{FlakyQueue, LetterCounts, Letters, awkward_error, check_letters};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -92,6 +104,12 @@ impl Fault {
 struct Payload {
     n: u64,
     fault: Fault,
+    /// The size of the error the handler gives (the dead-letter family), else a short one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error_bytes: Option<usize>,
+    /// Padding that makes the record larger than a dead-letter message (the family).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pad: String,
 }
 
 /// One handling of a record: which invocation, and when (a global order).
@@ -114,6 +132,8 @@ struct Journal {
     /// Per invocation, records whose checkpoint did not land.
     uncheckpointed: HashSet<(String, String)>,
     attempts: HashMap<String, u32>,
+    /// By record position, the payload and partition key of its dead letter, as the sink took it.
+    letters: HashMap<String, (Vec<u8>, String)>,
 }
 
 /// The handler and the invocation wrapper share one journal, one clock and one trace.
@@ -155,7 +175,7 @@ impl Shared {
 /// are shared), whose handler knows the invocation it runs in and may kill it.
 struct Harness {
     store: Arc<dyn kinesis_checkpoint::LeaseStore>,
-    dead_letters: Arc<MemoryDeadLetters>,
+    dead_letters: Arc<dyn DeadLetterSink>,
     /// The stream, for a gate per invocation (as a fresh Lambda process would have).
     topology: Arc<MemoryStream>,
     shared: Arc<Shared>,
@@ -257,7 +277,7 @@ impl Function for Harness {
 
 /// The dead-letter sink of one invocation: a dead letter is a handling too.
 struct Journaled {
-    inner: Arc<MemoryDeadLetters>,
+    inner: Arc<dyn DeadLetterSink>,
     shared: Arc<Shared>,
     invocation: String,
 }
@@ -266,6 +286,13 @@ impl DeadLetterSink for Journaled {
     fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(async move {
             self.inner.send(letter).await?;
+            self.shared.journal.lock().unwrap().letters.insert(
+                letter.record.position().to_string(),
+                (
+                    letter.record.data().to_vec(),
+                    letter.record.partition_key().to_owned(),
+                ),
+            );
             self.shared.handled(
                 &letter.record.position().to_string(),
                 &self.invocation,
@@ -294,11 +321,14 @@ async fn handle(
         *attempt += 1;
         *attempt
     };
+    let error = |short: String| payload.error_bytes.map_or(short, awkward_error);
     match payload.fault {
-        Fault::Retry(n) if attempt <= n => return Outcome::retry(format!("attempt {attempt}")),
+        Fault::Retry(n) if attempt <= n => {
+            return Outcome::retry(error(format!("attempt {attempt}")));
+        }
         Fault::Panic(n) if attempt <= n => panic!("injected panic, attempt {attempt}"),
-        Fault::Stubborn => return Outcome::retry("never succeeds"),
-        Fault::Poison => return Outcome::reject("poison"),
+        Fault::Stubborn => return Outcome::retry(error("never succeeds".to_owned())),
+        Fault::Poison => return Outcome::reject(error("poison".to_owned())),
         Fault::Slow if attempt == 1 => {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
@@ -338,6 +368,8 @@ struct Scenario {
     /// The store offers the seed crate's five methods only: the trait's defaults do the rest.
     seed_methods_only: bool,
     max_attempts: u32,
+    /// The dead-letter family, when on.
+    letters: Option<Letters>,
 }
 
 impl Scenario {
@@ -402,6 +434,7 @@ impl Scenario {
             kpl: rng.chance(0.3),
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
+            letters: Letters::draw(seed),
         }
     }
 
@@ -472,9 +505,22 @@ impl Scenario {
                 _ => Fault::Retry(1),
             }
         };
+        let payload = |n: u64, fault: Fault| {
+            let (error_bytes, pad) = self
+                .letters
+                .as_ref()
+                .map_or((None, String::new()), |letters| letters.record(n));
+            serde_json::to_vec(&Payload {
+                n,
+                fault,
+                error_bytes,
+                pad,
+            })
+            .unwrap()
+        };
         if count == 0 {
             let fault = fault(rng);
-            let payload = serde_json::to_vec(&Payload { n, fault }).unwrap();
+            let payload = payload(n, fault);
             let sequence = stream.put(key, payload);
             written.faults.insert(sequence, fault);
             return;
@@ -490,7 +536,7 @@ impl Scenario {
         let payloads: Vec<(Vec<u8>, Fault)> = (n..n + count)
             .map(|n| {
                 let fault = fault(rng);
-                (serde_json::to_vec(&Payload { n, fault }).unwrap(), fault)
+                (payload(n, fault), fault)
             })
             .collect();
         let records: Vec<(&str, &[u8])> = keys
@@ -616,6 +662,7 @@ struct Counts {
     duplicates_after_failed_checkpoint: u64,
     dead_lettered: u64,
     faults: [u64; 4],
+    letters: LetterCounts,
 }
 
 /// Runs one scenario, noting what happens in `trace`; a violation is an error.
@@ -653,7 +700,20 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         tick: AtomicU64::new(0),
         trace,
     });
-    let dead_letters = Arc::new(MemoryDeadLetters::new());
+    let queue = scenario.letters.as_ref().map(|letters| {
+        Arc::new(FlakyQueue {
+            queue: MemoryQueue::new(letters.max_message_bytes),
+            failure: letters.part_failure,
+            rng: Mutex::new(Rng::new(scenario.seed ^ 0xF1A4)),
+            refused: AtomicU64::new(0),
+            refusals: Mutex::default(),
+            trace: shared.trace.clone(),
+        })
+    });
+    let dead_letters: Arc<dyn DeadLetterSink> = match &queue {
+        Some(queue) => queue.clone(),
+        None => Arc::new(MemoryDeadLetters::new()),
+    };
     let store: Arc<dyn LeaseStore> = if scenario.seed_methods_only {
         Arc::new(SeedMethodsOnly(chaos.clone()))
     } else {
@@ -661,7 +721,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     };
     let harness = Harness {
         store,
-        dead_letters: dead_letters.clone(),
+        dead_letters,
         topology: Arc::new(stream.clone()),
         shared: shared.clone(),
         mode: scenario.mode,
@@ -684,6 +744,10 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     if !report.discarded.is_empty() {
         return Err(format!("records discarded: {:?}", report.discarded));
     }
+    let letters = match &queue {
+        Some(queue) => check_letters(&stream, &shared, queue).await?,
+        None => LetterCounts::default(),
+    };
 
     let journal = shared.journal.lock().unwrap();
     let mut counts = Counts {
@@ -691,6 +755,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deaths: journal.died.len() as u64,
         timeouts: report.timed_out.len() as u64,
         faults: *chaos.injected.lock().unwrap(),
+        letters,
         ..Counts::default()
     };
     // A death leaves its last record's effect without a checkpoint: that record must come again.
@@ -871,6 +936,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
                     *total += n;
                 }
+                totals.letters.add(&counts.letters);
             }
             Err(violation) => {
                 eprintln!(
@@ -895,6 +961,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         totals.faults[2],
         totals.faults[3],
     );
+    eprintln!("{}", totals.letters);
     assert!(
         count < 100 || totals.deaths > 0,
         "no death was injected: the death injection is not working"

@@ -7,6 +7,7 @@ pub mod faults;
 pub mod http;
 pub mod kinesis;
 pub mod moto;
+pub mod sqs;
 
 use std::path::PathBuf;
 

@@ -24,8 +24,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     println!(
-        "{} redriven and deleted; {} still failing, {} incomplete, {} not ours: left in the queue",
-        report.redriven, report.failed, report.incomplete, report.foreign
+        "{} redriven and deleted ({} leftover parts deleted); {} still failing, {} incomplete, {} corrupt, {} not ours: left in the queue",
+        report.redriven,
+        report.leftovers,
+        report.failed,
+        report.incomplete,
+        report.corrupt,
+        report.foreign
     );
+    for reason in &report.left {
+        println!("left: {reason}");
+    }
     Ok(())
 }

@@ -1,0 +1,337 @@
+//! The three queue operations dead letters need, apart from any one queue, so that SQS and a
+//! queue in memory run the same chunking ([`send_letter`]) and the same joining
+//! ([`redrive_queue`](super::redrive_queue)).
+//!
+//! [`MemoryQueue`] applies SQS's rules (the size of body and attributes together, the characters
+//! SQS accepts, at most ten non-empty attributes, a visibility timeout): a message it takes is one
+//! SQS would take, which is what lets a simulation without SQS find a dead letter SQS refuses.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::message::{self, Message, is_sqs_text};
+use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+use crate::lease::BoxFuture;
+
+/// A message received: its id, the receipt that deletes it, and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The queue's id of the message (the same each time it is received).
+    pub id: String,
+    /// The handle that deletes this receipt of it.
+    pub receipt: String,
+    /// The body.
+    pub body: String,
+}
+
+/// A queue of messages: sending, receiving with a visibility timeout, deleting.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageQueue};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let queue = MemoryQueue::new(262_144);
+/// let message = Message { body: "{}".to_owned(), attributes: Vec::new() };
+/// queue.send_message(&message).await.unwrap();
+/// let received = queue.receive_messages(Duration::from_secs(30)).await.unwrap();
+/// queue.delete_message(&received[0].receipt).await.unwrap();
+/// assert!(queue.is_empty());
+/// # });
+/// ```
+pub trait MessageQueue: Send + Sync {
+    /// The largest message the queue takes, in bytes (body and attributes), as [`Message::size`]
+    /// counts them.
+    fn max_message_bytes(&self) -> usize;
+
+    /// The queue, as an error message names it.
+    fn name(&self) -> String;
+
+    /// Sends one message.
+    fn send_message<'a>(
+        &'a self,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeadLetterError>>;
+
+    /// Receives up to ten messages, each hidden from other receives for `visibility`.
+    fn receive_messages(
+        &self,
+        visibility: Duration,
+    ) -> BoxFuture<'_, Result<Vec<Received>, DeadLetterError>>;
+
+    /// Deletes the message received with `receipt`.
+    fn delete_message<'a>(&'a self, receipt: &'a str)
+    -> BoxFuture<'a, Result<(), DeadLetterError>>;
+}
+
+/// A dead letter the queue refused.
+#[derive(Debug, thiserror::Error)]
+#[error("could not dead-letter {record} to {queue} (part {part} of {parts}): {detail}")]
+struct SendFailed {
+    record: String,
+    queue: String,
+    part: usize,
+    parts: usize,
+    detail: String,
+}
+
+/// Sends `letter` to `queue` as one send: one message, or several parts when it is larger than
+/// a message, all naming a send id of their own. `Ok` once every part was taken.
+///
+/// # Errors
+///
+/// A part was refused (the parts sent before it stay in the queue, and a redrive deletes them
+/// once another send of the record is complete), or the record's metadata alone does not fit in
+/// a message.
+///
+/// ```
+/// use kinesis_checkpoint::dead_letter::{MemoryQueue, send_letter};
+/// use kinesis_checkpoint::{DeadLetter, DeadLetterReason, LeaseKey, Record};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "42".parse()?, "k", vec![7; 10_000]);
+/// let queue = MemoryQueue::new(4_096);
+/// send_letter(&queue, &DeadLetter::new(record, 1, "no such customer", DeadLetterReason::Rejected)).await?;
+/// assert!(queue.len() > 3, "10 kB over messages of 4 KiB");
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// # }).unwrap();
+/// ```
+pub async fn send_letter<Q: MessageQueue + ?Sized>(
+    queue: &Q,
+    letter: &DeadLetter,
+) -> Result<(), DeadLetterError> {
+    let messages = message::encode(letter, queue.max_message_bytes(), &message::new_send_id())?;
+    let parts = messages.len();
+    for (index, message) in messages.iter().enumerate() {
+        queue
+            .send_message(message)
+            .await
+            .map_err(|error| SendFailed {
+                record: letter.record.to_string(),
+                queue: queue.name(),
+                part: index + 1,
+                parts,
+                detail: error.to_string(),
+            })?;
+    }
+    Ok(())
+}
+
+/// A message [`MemoryQueue`] refused, for the reason SQS would.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the queue refused the message: {0}")]
+pub struct QueueRefused(String);
+
+/// A queue in memory that takes only what SQS takes: for tests and simulations.
+///
+/// ```
+/// use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageQueue};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let queue = MemoryQueue::new(262_144);
+/// let bad = Message { body: "\u{FFFF}".to_owned(), attributes: Vec::new() };
+/// assert!(queue.send_message(&bad).await.is_err(), "SQS refuses U+FFFF");
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct MemoryQueue {
+    max_message_bytes: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next: u64,
+    messages: Vec<Stored>,
+}
+
+#[derive(Debug)]
+struct Stored {
+    id: String,
+    receipt: Option<String>,
+    message: Message,
+    hidden_until: Option<Instant>,
+}
+
+impl MemoryQueue {
+    /// An empty queue whose `MaximumMessageSize` is `max_message_bytes`.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// assert!(MemoryQueue::new(262_144).is_empty());
+    /// ```
+    #[must_use]
+    pub fn new(max_message_bytes: usize) -> Self {
+        Self {
+            max_message_bytes,
+            state: Mutex::default(),
+        }
+    }
+
+    /// Every message in the queue (hidden ones too), in the order sent.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// assert!(MemoryQueue::new(262_144).messages().is_empty());
+    /// ```
+    #[must_use]
+    pub fn messages(&self) -> Vec<Message> {
+        self.lock()
+            .messages
+            .iter()
+            .map(|m| m.message.clone())
+            .collect()
+    }
+
+    /// How many messages the queue holds.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// assert_eq!(MemoryQueue::new(262_144).len(), 0);
+    /// ```
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.lock().messages.len()
+    }
+
+    /// Whether the queue holds no message.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// assert!(MemoryQueue::new(262_144).is_empty());
+    /// ```
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why SQS would refuse `message`, if it would.
+    fn refusal(&self, message: &Message) -> Option<String> {
+        let size = message.size();
+        if size > self.max_message_bytes {
+            return Some(format!(
+                "{size} bytes, over the queue's {} (body and attributes)",
+                self.max_message_bytes
+            ));
+        }
+        if message.body.is_empty() {
+            return Some("the body is empty".to_owned());
+        }
+        if !is_sqs_text(&message.body) {
+            return Some("the body holds a character SQS does not allow".to_owned());
+        }
+        if message.attributes.len() > 10 {
+            return Some(format!(
+                "{} attributes, over SQS's 10",
+                message.attributes.len()
+            ));
+        }
+        message.attributes.iter().find_map(|(name, value)| {
+            let valid_name = !name.is_empty()
+                && name.len() <= 256
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid_name {
+                Some(format!("the attribute name {name:?} is not allowed"))
+            } else if value.value.is_empty() {
+                Some(format!("the attribute {name} is empty"))
+            } else if !is_sqs_text(&value.value) {
+                Some(format!(
+                    "the attribute {name} holds a character SQS does not allow"
+                ))
+            } else if value.data_type == "Number" && value.value.parse::<f64>().is_err() {
+                Some(format!("the attribute {name} is not a number"))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+impl MessageQueue for MemoryQueue {
+    fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    fn name(&self) -> String {
+        "the queue in memory".to_owned()
+    }
+
+    fn send_message<'a>(
+        &'a self,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(async move {
+            if let Some(reason) = self.refusal(message) {
+                return Err(QueueRefused(reason).into());
+            }
+            let mut state = self.lock();
+            state.next += 1;
+            let id = format!("m-{}", state.next);
+            state.messages.push(Stored {
+                id,
+                receipt: None,
+                message: message.clone(),
+                hidden_until: None,
+            });
+            Ok(())
+        })
+    }
+
+    fn receive_messages(
+        &self,
+        visibility: Duration,
+    ) -> BoxFuture<'_, Result<Vec<Received>, DeadLetterError>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let mut state = self.lock();
+            let mut next = state.next;
+            let received = state
+                .messages
+                .iter_mut()
+                .filter(|stored| stored.hidden_until.is_none_or(|until| until <= now))
+                .take(10)
+                .map(|stored| {
+                    next += 1;
+                    let receipt = format!("{}-r{next}", stored.id);
+                    stored.receipt = Some(receipt.clone());
+                    stored.hidden_until = Some(now + visibility);
+                    Received {
+                        id: stored.id.clone(),
+                        receipt,
+                        body: stored.message.body.clone(),
+                    }
+                })
+                .collect();
+            state.next = next;
+            Ok(received)
+        })
+    }
+
+    fn delete_message<'a>(
+        &'a self,
+        receipt: &'a str,
+    ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(async move {
+            // As in SQS, a receipt that no longer names a message deletes nothing, without error.
+            self.lock()
+                .messages
+                .retain(|stored| stored.receipt.as_deref() != Some(receipt));
+            Ok(())
+        })
+    }
+}
+
+impl DeadLetterSink for MemoryQueue {
+    fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(send_letter(self, letter))
+    }
+}
