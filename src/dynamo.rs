@@ -49,6 +49,7 @@ const FAILING: &str = "failing";
 const EXPIRES_AT: &str = "expires_at";
 const DONE_ABOVE: &str = "done_above";
 const REPORTED: &str = "reported";
+const CONTENDED: &str = "contended";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 const TAKEABLE: &str =
@@ -472,6 +473,7 @@ fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
         .map(|positions| positions_of(positions))
         .unwrap_or_default();
     state.reported = string(REPORTED).and_then(|member| positions_of(&[member]).pop());
+    state.contended = string(CONTENDED).and_then(|member| positions_of(&[member]).pop());
     state
 }
 
@@ -717,12 +719,24 @@ impl LeaseStore for DynamoLeaseStore {
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             let row = key.to_string();
             self.count_request();
-            let outcome = self
-                .take(&row, owner, ttl)
+            let mut request = self.take(&row, owner, ttl);
+            if let Some(attempting) = attempting {
+                request = request
+                    .update_expression(
+                        "SET lease_owner = :me, lease_expiry = :expiry, \
+                         reported = if_not_exists(reported, :attempting) ADD lease_counter :one",
+                    )
+                    .expression_attribute_values(
+                        ":attempting",
+                        AttributeValue::S(attempting.to_string()),
+                    );
+            }
+            let outcome = request
                 .return_values(ReturnValue::AllNew)
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -987,5 +1001,24 @@ impl LeaseStore for DynamoLeaseStore {
 
     fn requests(&self) -> Option<u64> {
         Some(self.sent.load(Ordering::Relaxed))
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            let row = key.to_string();
+            self.count_request();
+            self.update(&row)
+                .update_expression("SET contended = :first ADD lease_counter :one")
+                .expression_attribute_values(":first", AttributeValue::S(first.to_string()))
+                .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+                .send()
+                .await
+                .map_err(|error| self.failed("UpdateItem (mark contended)", &row, &error))?;
+            Ok(())
+        })
     }
 }

@@ -54,6 +54,8 @@ pub const DEFAULT_MAX_DONE_ABOVE: usize = 1_000;
 pub(crate) struct Limits {
     pub(crate) max_in_flight: usize,
     pub(crate) max_done_above: usize,
+    /// Order by the routing key (the partition-key mode), not the record's own key.
+    pub(crate) by_routing_key: bool,
 }
 
 /// What became of one pending record.
@@ -235,7 +237,7 @@ pub(crate) async fn run<H: Handler>(
     // Entries from the first malformed one on never run.
     let barrier = pending
         .iter()
-        .position(|entry| entry.partition_key().is_none())
+        .position(|entry| entry.ordering_key(limits.by_routing_key).is_none())
         .unwrap_or(count);
 
     let mut states: Vec<State> = (0..count).map(|_| State::Waiting).collect();
@@ -245,7 +247,7 @@ pub(crate) async fn run<H: Handler>(
         if skip(entry) {
             states[index] = State::Done(Disposition::Duplicate, false);
             done += 1;
-        } else if let Some(key) = entry.partition_key() {
+        } else if let Some(key) = entry.ordering_key(limits.by_routing_key) {
             queues.entry(key).or_default().push_back(index);
         }
     }
@@ -272,7 +274,7 @@ pub(crate) async fn run<H: Handler>(
             ready.remove(&index);
             states[index] = State::Running;
             let entry = &pending[index];
-            let known = entry.partition_key().and_then(known);
+            let known = entry.ordering_key(limits.by_routing_key).and_then(known);
             in_flight.push(async move {
                 let mut failing = Failing {
                     known,
@@ -287,7 +289,9 @@ pub(crate) async fn run<H: Handler>(
         let Some((index, result, change)) = in_flight.next().await else {
             break;
         };
-        let key = pending[index].partition_key().unwrap_or_default();
+        let key = pending[index]
+            .ordering_key(limits.by_routing_key)
+            .unwrap_or_default();
         match result {
             Ok(disposition) => {
                 states[index] = State::Done(disposition, change == FailingChange::Clear);

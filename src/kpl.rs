@@ -428,6 +428,7 @@ fn sub_records(
                 data,
             )
             .with_sub_sequence(sub_record)
+            .routed_as(outer)
             .with_arrival(outer.arrival());
             let Some(index) = sub.explicit_hash_key_index else {
                 return Ok(record);

@@ -167,6 +167,12 @@ pub struct LeaseState {
     /// batch that starts after it proves that the mapping discarded records (see
     /// [`gap`](crate::gap)). Meaningful only while it is above the checkpoint.
     pub reported: Option<Position>,
+    /// The first record of the last batch turned away by a live lease of another owner (a
+    /// concurrent delivery, or an owner whose release did not land): written without the
+    /// lease and never removed by the owner, so that the mapping giving up on that batch
+    /// while the lease lingers is still found as a gap. Meaningful only while it is above the
+    /// checkpoint.
+    pub contended: Option<Position>,
 }
 
 impl LeaseState {
@@ -463,7 +469,7 @@ pub enum Claim {
 /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
-/// let Claim::Acquired(state) = store.acquire_and_read(&key, "me", Duration::from_secs(30)).await?
+/// let Claim::Acquired(state) = store.acquire_and_read(&key, "me", Duration::from_secs(30), None).await?
 /// else {
 ///     panic!("nobody else holds it");
 /// };
@@ -513,14 +519,24 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Takes the lease and reads the row: the first step of every invocation.
     ///
-    /// The default calls [`acquire`](Self::acquire) then [`read`](Self::read), two requests; a
-    /// store that can return the row from the acquiring write should do it in one.
+    /// `attempting` is the first record the invocation is about to run. A store that keeps
+    /// [`reported`](LeaseState::reported) marks it there in the same write unless the row names
+    /// a reported record already, so that a batch the invocation dies on (out of memory, killed
+    /// at its timeout), and that the mapping then gives up on, is found as a gap by the next
+    /// batch; the row returned is the one after that write.
+    ///
+    /// The default calls [`acquire`](Self::acquire) then [`read`](Self::read), two requests, and
+    /// cannot mark `attempting`: with such a store a batch the mapping discards after an
+    /// invocation died on it goes unnoticed. A store that can return the row from the acquiring
+    /// write should do it in one.
     fn acquire_and_read<'a>(
         &'a self,
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        let _ = attempting;
         Box::pin(async move {
             let acquired = self.acquire(key, owner, ttl).await?;
             let state = self.read(key).await?;
@@ -715,6 +731,23 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// ```
     fn requests(&self) -> Option<u64> {
         None
+    }
+
+    /// Remembers `first`, the first record of a batch turned away because another owner holds
+    /// the lease, in the row's [`contended`](LeaseState::contended), without the lease: the
+    /// owner may be an invocation whose release did not land, and the mapping may give up on
+    /// the batch before the lease lapses.
+    ///
+    /// The default remembers nothing (a store of the seed's five methods has nowhere to keep
+    /// it): with such a store a batch the mapping discards while the lease lingers goes
+    /// unnoticed.
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let _ = (key, first);
+        Box::pin(async { Ok(()) })
     }
     // A new provided method must be forwarded by `metrics::Metered` too, or a processor with
     // metrics on would run its default instead of the wrapped store's own.

@@ -199,15 +199,30 @@ impl LeaseStore for MemoryLeaseStore {
         })
     }
 
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            self.with_row(key, |row| row.contended = Some(first.clone()));
+            Ok(())
+        })
+    }
+
     fn acquire_and_read<'a>(
         &'a self,
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
                 if Self::take(row, owner, ttl) {
+                    if row.reported.is_none() {
+                        row.reported = attempting.cloned();
+                    }
                     Claim::Acquired(row.clone())
                 } else {
                     Claim::Held(row.clone())
@@ -401,7 +416,11 @@ mod tests {
         let store = MemoryLeaseStore::new();
         let shard = orders("shardId-000000000000");
         let position = Position::sub_record("9".parse().unwrap(), 2);
-        let Claim::Acquired(first) = store.acquire_and_read(&shard, "a", TTL).await.unwrap() else {
+        let Claim::Acquired(first) = store
+            .acquire_and_read(&shard, "a", TTL, None)
+            .await
+            .unwrap()
+        else {
             panic!("the lease was free");
         };
         assert!(store.renew(&shard, "a", TTL).await.unwrap());
@@ -421,7 +440,11 @@ mod tests {
         let store = MemoryLeaseStore::new();
         let shard = orders("shardId-000000000000");
         assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
-        let Claim::Acquired(_) = store.acquire_and_read(&shard, "b", TTL).await.unwrap() else {
+        let Claim::Acquired(_) = store
+            .acquire_and_read(&shard, "b", TTL, None)
+            .await
+            .unwrap()
+        else {
             panic!("a's lease lapsed");
         };
         let position = Position::record("100".parse().unwrap());
@@ -435,7 +458,11 @@ mod tests {
         let state = store.read(&shard).await.unwrap();
         assert_eq!(state.lease_owner.as_deref(), Some("b"));
         assert_eq!(state.checkpoint, None);
-        let Claim::Held(held) = store.acquire_and_read(&shard, "c", TTL).await.unwrap() else {
+        let Claim::Held(held) = store
+            .acquire_and_read(&shard, "c", TTL, None)
+            .await
+            .unwrap()
+        else {
             panic!("b holds it");
         };
         assert_eq!(held.lease_owner.as_deref(), Some("b"));

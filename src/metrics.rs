@@ -462,8 +462,9 @@ impl LeaseStore for Metered {
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
-        self.inner.acquire_and_read(key, owner, ttl)
+        self.inner.acquire_and_read(key, owner, ttl, attempting)
     }
 
     fn checkpoint_position<'a>(
@@ -529,6 +530,14 @@ impl LeaseStore for Metered {
 
     fn requests(&self) -> Option<u64> {
         self.inner.requests()
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.mark_contended(key, first)
     }
 }
 

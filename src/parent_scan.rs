@@ -89,7 +89,7 @@ impl ParentScan {
             for record in records {
                 let position = record.position();
                 self.ends
-                    .entry(record.partition_key().to_owned())
+                    .entry(record.routing_key().to_owned())
                     .and_modify(|end| {
                         if position > *end {
                             end.clone_from(&position);

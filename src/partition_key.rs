@@ -211,7 +211,7 @@ pub(crate) async fn run_shard<H: Handler>(
     // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
     // progress covers every key).
     let is_done = |entry: &Entry| {
-        entry.partition_key().is_some_and(|partition_key| {
+        entry.routing_key().is_some_and(|partition_key| {
             keys[partition_key]
                 .checkpoint
                 .iter()
@@ -224,6 +224,7 @@ pub(crate) async fn run_shard<H: Handler>(
             .and_then(|row| row.state.failing.clone())
     };
     let limits = Limits {
+        by_routing_key: true,
         max_in_flight: processor.max_in_flight(),
         max_done_above: usize::MAX,
     };
@@ -239,7 +240,7 @@ pub(crate) async fn run_shard<H: Handler>(
         // first of them if it is lower than the first record not done.
         for (index, state) in run.states.iter_mut().enumerate() {
             let refused_key = entries[index]
-                .partition_key()
+                .routing_key()
                 .is_some_and(|partition_key| refused.iter().any(|(k, _)| k == partition_key));
             // A dead letter whose row was not written is sent again on redelivery: it is
             // not checkpointed either.
@@ -282,7 +283,7 @@ fn key_commits(
     let expires_at = (now_millis() / 1_000).saturating_add(ttl.as_secs());
     let mut changes: HashMap<&str, KeyChange> = HashMap::new();
     for (index, (entry, state)) in entries.iter().zip(&run.states).enumerate() {
-        let Some(partition_key) = entry.partition_key() else {
+        let Some(partition_key) = entry.routing_key() else {
             continue;
         };
         let KeyChange {
@@ -370,7 +371,7 @@ fn settled_for_key(
     let more_of_key = entries[index + 1..]
         .iter()
         .take_while(|entry| entry.sequence() == sequence)
-        .any(|entry| entry.partition_key() == Some(partition_key));
+        .any(|entry| entry.routing_key() == Some(partition_key));
     if more_of_key {
         position
     } else {
@@ -429,11 +430,11 @@ async fn finish<H: Handler>(
     let lowest = run.lowest_not_done();
     let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
         matches!(state, State::Done(Disposition::Uncheckpointed, _))
-            && entry.partition_key().is_some()
+            && entry.routing_key().is_some()
     });
     let stopped = match first_refused {
         Some(index) if index < lowest => {
-            let partition_key = entries[index].partition_key().unwrap_or_default();
+            let partition_key = entries[index].routing_key().unwrap_or_default();
             let reason = refused
                 .into_iter()
                 .find(|(k, _)| k == partition_key)

@@ -34,8 +34,8 @@ use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
 pub use crate::keyed::DEFAULT_MAX_DONE_ABOVE;
 use crate::lease::{
-    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState, LeaseStore,
-    ReportedChange,
+    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState,
+    LeaseStore, ReportedChange,
 };
 use crate::memory::{millis, now_millis};
 use crate::metrics::{Meter, Metrics};
@@ -808,7 +808,7 @@ impl<H: Handler> Processor<H> {
         // The stored expiry is counted from when the claim was sent, not from its answer: the
         // local view of the lease starts there too, and lapses a skew margin early.
         let lease = LeaseWatch::starting_at(now_millis(), ttl, skew);
-        let state = match self.claim(&key, owner, ttl).await {
+        let state = match self.claim(&key, owner, ttl, first.as_ref()).await {
             Ok(state) => state,
             Err(reason) => return report.stop_all(&entries, reason),
         };
@@ -954,15 +954,34 @@ impl<H: Handler> Processor<H> {
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        attempting: Option<&Position>,
     ) -> Result<LeaseState, StopReason> {
-        let state = match self.store.acquire_and_read(key, owner, ttl).await {
+        let state = match self
+            .store
+            .acquire_and_read(key, owner, ttl, attempting)
+            .await
+        {
             Ok(Claim::Acquired(state)) => state,
             Ok(Claim::Held(state)) => {
-                let owner = state.lease_owner;
+                let owner = state.lease_owner.clone();
                 tracing::warn!(
                     holder = owner.as_deref().unwrap_or("unknown"),
                     "another invocation holds the shard's lease; processing nothing"
                 );
+                // The holder may be an invocation whose release did not land: should the mapping
+                // give up on this batch meanwhile, the next one must find the gap.
+                // The lowest batch turned away counts, so an older mark still above the
+                // checkpoint is kept.
+                let done = state.position().ok().flatten();
+                let older = state.contended.as_ref().filter(|contended| {
+                    done.as_ref().is_none_or(|done| *contended > done)
+                        && attempting.is_some_and(|first| *contended <= first)
+                });
+                if let (Some(first), None) = (attempting, older)
+                    && let Err(error) = self.store.mark_contended(key, first).await
+                {
+                    tracing::warn!(%error, "could not remember the batch turned away");
+                }
                 return Err(StopReason::LeaseHeld { owner });
             }
             Err(error) => {
@@ -1111,6 +1130,7 @@ impl<H: Handler> Processor<H> {
     ) -> Dispatched {
         if self.max_in_flight > 1 {
             let limits = crate::keyed::Limits {
+                by_routing_key: false,
                 max_in_flight: self.max_in_flight,
                 max_done_above: self.max_done_above,
             };
@@ -1563,6 +1583,27 @@ impl Entry {
             Self::Record(record) => Some(record.partition_key()),
             Self::Malformed(..) | Self::AfterMalformed(_) => None,
             Self::Undecodable(error) => Some(error.record().partition_key()),
+        }
+    }
+
+    /// The key Kinesis routed the record by (the aggregate's for a KPL sub-record), or `None`
+    /// as for [`partition_key`](Self::partition_key): what the mapping keeps order by when
+    /// `ParallelizationFactor` is above 1.
+    pub(crate) fn routing_key(&self) -> Option<&str> {
+        match self {
+            Self::Record(record) => Some(record.routing_key()),
+            Self::Malformed(..) | Self::AfterMalformed(_) => None,
+            Self::Undecodable(error) => Some(error.record().routing_key()),
+        }
+    }
+
+    /// The key records run in order by: the routing key in the partition-key mode, the
+    /// record's own otherwise.
+    pub(crate) fn ordering_key(&self, routing: bool) -> Option<&str> {
+        if routing {
+            self.routing_key()
+        } else {
+            self.partition_key()
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Record {
     sequence: SequenceNumber,
     sub_sequence: Option<u64>,
     partition_key: Arc<str>,
+    /// The partition key Kinesis routed the record by, when it is not `partition_key`: the
+    /// aggregate's own, for a KPL sub-record.
+    routing_key: Option<Arc<str>>,
     explicit_hash_key: Option<Arc<str>>,
     data: Bytes,
     arrival: SystemTime,
@@ -74,6 +77,7 @@ impl Record {
             sequence,
             sub_sequence: None,
             partition_key: partition_key.into(),
+            routing_key: None,
             explicit_hash_key: None,
             data: data.into(),
             arrival: SystemTime::now(),
@@ -231,6 +235,29 @@ impl Record {
     #[must_use]
     pub fn partition_key(&self) -> &str {
         &self.partition_key
+    }
+
+    /// The partition key Kinesis routed the record by: its own, or for a KPL sub-record the
+    /// aggregate's. Lambda keeps order per this key when `ParallelizationFactor` is above 1
+    /// (it never sees inside an aggregate), so the partition-key mode checkpoints by it.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
+    /// assert_eq!(record.routing_key(), "k");
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn routing_key(&self) -> &str {
+        self.routing_key.as_deref().unwrap_or(&self.partition_key)
+    }
+
+    /// The same record as a sub-record of the aggregate `outer`, routed by its key.
+    pub(crate) fn routed_as(mut self, outer: &Self) -> Self {
+        self.routing_key = Some(Arc::clone(
+            outer.routing_key.as_ref().unwrap_or(&outer.partition_key),
+        ));
+        self
     }
 
     /// The explicit hash key of a KPL sub-record, when the producer set one.
@@ -651,6 +678,7 @@ fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCac
         sequence,
         sub_sequence: None,
         partition_key: Arc::from(kinesis.partition_key.as_str()),
+        routing_key: None,
         explicit_hash_key: None,
         data: Bytes::from(std::mem::take(&mut kinesis.data.0)),
         arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),

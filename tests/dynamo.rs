@@ -122,7 +122,7 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
     let key = LeaseKey::new("orders", SHARD);
     let position = Position::sub_record(sequence(40).parse().unwrap(), 3);
 
-    let Claim::Acquired(fresh) = store.acquire_and_read(&key, "a", TTL).await.unwrap() else {
+    let Claim::Acquired(fresh) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
         panic!("the row did not exist");
     };
     assert_eq!(
@@ -136,7 +136,7 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
             .unwrap()
     );
 
-    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
+    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL, None).await.unwrap() else {
         panic!("a holds the lease");
     };
     assert_eq!(held.lease_owner.as_deref(), Some("a"));
@@ -156,7 +156,7 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
             .await
             .unwrap()
     );
-    let Claim::Acquired(after) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
+    let Claim::Acquired(after) = store.acquire_and_read(&key, "b", TTL, None).await.unwrap() else {
         panic!("a released the lease");
     };
     assert_eq!(
@@ -165,6 +165,65 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
         "a whole-record checkpoint clears checkpoint_sub"
     );
     assert!(after.lease_counter > held.lease_counter);
+}
+
+#[tokio::test]
+async fn the_claim_marks_the_batch_it_attempts_and_a_turned_away_batch_is_marked_without_the_lease()
+{
+    let (store, client, table) = table().await;
+    let key = LeaseKey::new("orders", SHARD);
+    let first = Position::record(sequence(7).parse().unwrap());
+    let later = Position::record(sequence(9).parse().unwrap());
+
+    let Claim::Acquired(claimed) = store
+        .acquire_and_read(&key, "a", TTL, Some(&first))
+        .await
+        .unwrap()
+    else {
+        panic!("the row did not exist");
+    };
+    assert_eq!(
+        claimed.reported,
+        Some(first.clone()),
+        "the row after the claim"
+    );
+    assert_eq!(claimed.lease_owner.as_deref(), Some("a"));
+    assert_eq!(claimed.lease_counter, 1);
+
+    // A batch turned away by a's lease is remembered beside it, the lease untouched.
+    let Claim::Held(held) = store
+        .acquire_and_read(&key, "b", TTL, Some(&later))
+        .await
+        .unwrap()
+    else {
+        panic!("a holds the lease");
+    };
+    assert_eq!(
+        held.reported,
+        Some(first.clone()),
+        "a refused claim writes nothing"
+    );
+    store.mark_contended(&key, &later).await.unwrap();
+    let row = store.read(&key).await.unwrap();
+    assert_eq!(row.contended, Some(later.clone()));
+    assert_eq!(row.reported, Some(first.clone()));
+    assert_eq!(row.lease_owner.as_deref(), Some("a"));
+    assert_eq!(row.lease_counter, 2, "every write bumps the counter");
+    let raw = raw_row(&client, &table, &key.to_string()).await;
+    assert_eq!(raw["contended"], AttributeValue::S(sequence(9)));
+    assert_eq!(raw["reported"], AttributeValue::S(sequence(7)));
+
+    // A later claim keeps the older mark: the lowest record not known done is what counts.
+    store.release(&key, "a").await.unwrap();
+    let Claim::Acquired(again) = store
+        .acquire_and_read(&key, "c", TTL, Some(&later))
+        .await
+        .unwrap()
+    else {
+        panic!("a released the lease");
+    };
+    assert_eq!(again.reported, Some(first));
+    assert_eq!(again.contended, Some(later));
 }
 
 #[tokio::test]

@@ -155,11 +155,11 @@ async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_meth
     let key = LeaseKey::new(STREAM, PARENT);
     let (p, s) = ("4900000001", "4900000002");
 
-    let Claim::Acquired(state) = store.acquire_and_read(&key, "a", TTL).await.unwrap() else {
+    let Claim::Acquired(state) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
         panic!("free");
     };
     assert_eq!(state.lease_owner.as_deref(), Some("a"));
-    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL).await.unwrap() else {
+    let Claim::Held(held) = store.acquire_and_read(&key, "b", TTL, None).await.unwrap() else {
         panic!("a holds it");
     };
     assert_eq!(held.lease_owner.as_deref(), Some("a"));

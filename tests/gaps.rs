@@ -778,3 +778,108 @@ async fn a_batch_cut_by_the_deadline_is_remembered_and_its_skipped_rest_recovere
         "once each, in order"
     );
 }
+
+/// Deliveries of a two-record-batch memory stream's shard 0, and a processor over it on the
+/// memory store whose handler notes every `n`.
+fn lingering_setup() -> (
+    kinesis_checkpoint::local::MemoryStream,
+    Arc<MemoryLeaseStore>,
+    Seen,
+    Processor<impl Handler + use<>>,
+) {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..6);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    (stream, store, seen, processor)
+}
+
+#[tokio::test]
+async fn a_batch_an_invocation_died_on_and_the_mapping_gave_up_on_is_recovered_by_the_next() {
+    let (stream, store, seen, processor) = lingering_setup();
+    let key = LeaseKey::new("orders", SHARD);
+    // The invocation of records 0 and 1 claims the shard and dies before any other write (out
+    // of memory, killed at its timeout): all the row learns is the claim.
+    let first = Position::record(stream.records(SHARD)[0].sequence.parse().unwrap());
+    let claim = store
+        .acquire_and_read(&key, "dead", Duration::from_millis(1), Some(&first))
+        .await
+        .unwrap();
+    assert!(matches!(claim, kinesis_checkpoint::Claim::Acquired(_)));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // The mapping gives up on that batch; the next one starts at record 2.
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.shards[0].gap.is_some(),
+        "the claim's mark proves the gap"
+    );
+    assert_eq!(
+        seen.all(),
+        [0, 1, 2, 3],
+        "the skipped batch runs first, once, in order"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_by_the_next() {
+    let (stream, store, seen, processor) = lingering_setup();
+    let key = LeaseKey::new("orders", SHARD);
+    // An earlier invocation did records 0 and 1, but its release did not land: its lease lingers.
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    assert!(
+        store
+            .acquire(&key, "lingering", Duration::from_millis(300))
+            .await
+            .unwrap()
+    );
+    // Records 2 and 3 are turned away by it, until the mapping gives up on them.
+    let turned_away = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("away", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        turned_away.shards[0].stopped,
+        Some((_, StopReason::LeaseHeld { .. }))
+    ));
+    let row = store.read(&key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[2].sequence.clone()),
+        "the batch turned away is remembered without the lease"
+    );
+    assert_eq!(row.lease_owner.as_deref(), Some("lingering"));
+    // The lease lapses; the next batch starts at record 4.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        next.shards[0].gap.is_some(),
+        "the contended mark proves the gap"
+    );
+    assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5]);
+}

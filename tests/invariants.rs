@@ -45,6 +45,8 @@ mod common;
 mod kpl_encoder;
 #[path = "invariants/letters.rs"]
 mod letters;
+#[path = "invariants/seed_consumer.rs"]
+mod seed_consumer;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +55,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
+use base64::Engine as _;
 use common::faults::{Chaos, ChaosLevels};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
@@ -184,6 +187,9 @@ struct Harness {
     death_chance: f64,
     deadline_margin: Duration,
     max_attempts: u32,
+    seed_methods_only: bool,
+    /// A seed-crate consumer sharing the table takes shards over between invocations.
+    seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     rng: Mutex<Rng>,
 }
 
@@ -195,6 +201,31 @@ impl Function for Harness {
     ) -> BoxFuture<'_, Result<KinesisEventResponse, InvocationError>> {
         Box::pin(async move {
             let invocation = context.request_id.clone();
+            if let Some(knowledge) = &self.seed_consumer {
+                let records = {
+                    let mut rng = self.rng.lock().unwrap();
+                    rng.chance(0.2).then(|| rng.within(1..4) as usize)
+                };
+                let shard = event.records.first().and_then(|record| {
+                    record
+                        .event_id
+                        .as_deref()?
+                        .split_once(':')
+                        .map(|(shard, _)| shard.to_owned())
+                });
+                if let (Some(records), Some(shard)) = (records, shard) {
+                    let owner = format!("seed-{invocation}");
+                    seed_consumer::take_over(
+                        self.store.as_ref(),
+                        &self.topology,
+                        knowledge,
+                        &self.shared,
+                        (&shard, &owner),
+                        records,
+                    )
+                    .await;
+                }
+            }
             let death = Arc::new(Notify::new());
             // The handling after which this invocation dies, if it does.
             let dies_after = {
@@ -262,9 +293,23 @@ impl Function for Harness {
                         let lost = shard.stopped.as_ref().is_some_and(|(_, reason)| {
                             reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::StopReason::Fenced
                         }) || shard.count(Disposition::Uncheckpointed) > 0;
-                        for record in &shard.records {
-                            if lost || record.disposition == Disposition::Uncheckpointed {
-                                journal.uncheckpointed.insert((invocation.clone(), record.position.to_string()));
+                        // A store with the seed's five methods cannot record progress inside an
+                        // aggregate (the trait's stated weaker guarantee): the sub-records done
+                        // before a stop inside one run again.
+                        let stopped_inside = shard
+                            .stopped
+                            .as_ref()
+                            .filter(|_| self.seed_methods_only)
+                            .map(|(sequence, _)| format!("{sequence}/"));
+                        // Records the mapping skipped and this invocation recovered count too.
+                        let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
+                        for record in recovered.chain(&shard.records) {
+                            let position = record.position.to_string();
+                            let unrecorded = stopped_inside
+                                .as_deref()
+                                .is_some_and(|inside| position.starts_with(inside));
+                            if lost || unrecorded || record.disposition == Disposition::Uncheckpointed {
+                                journal.uncheckpointed.insert((invocation.clone(), position));
                             }
                         }
                     }
@@ -368,6 +413,12 @@ struct Scenario {
     /// The store offers the seed crate's five methods only: the trait's defaults do the rest.
     seed_methods_only: bool,
     max_attempts: u32,
+    /// The mapping gives up on records (finite retries, a record age): gap recovery must
+    /// bring every one of them back.
+    discards: bool,
+    /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
+    /// nothing of the records done above a checkpoint under per-key concurrency).
+    seed_consumer: bool,
     /// The dead-letter family, when on.
     letters: Option<Letters>,
 }
@@ -403,12 +454,33 @@ impl Scenario {
             .maximum_backoff(Duration::from_millis(20))
             .maximum_deliveries(20_000)
             .seed(seed);
+        // Mapping discards, drawn apart so that every other setting of a seed stays as it was:
+        // finite retries, as a mapping configured so gives up on records. The
+        // shard mode only (the partition-key mode has no gap recovery), and on a stream that
+        // does not reshard (a closed parent whose tail the mapping gave up on holds its children
+        // until it expires: not recovered, see the README).
+        let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
+        let discards = !partition_keys && discard_rng.chance(0.3);
+        let mapping = if discards {
+            // No concurrent (stray) deliveries: a stray that keeps the lease past its work makes
+            // the mapping's own delivery report a held lease, which the row cannot remember
+            // without owning it; retries exhausted meanwhile, the batch is lost (open).
+            mapping
+                .concurrent_deliveries(0.0)
+                .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
+                // A record age only on a shard stuck on a reported record: a shard that merely
+                // lags has reported nothing, and a record it drops for age is not found (open).
+                .maximum_record_age(None)
+        } else {
+            mapping
+        };
         let chaotic = rng.chance(0.5);
         let in_flight = [1, 1, 4, 16][rng.below(4) as usize];
         // A five-method store keeps no failing record and no records done above the checkpoint
         // (the trait's documented weaker guarantees): it serves one record at a time in shard
         // mode, and its scenarios draw no record that only a remembered attempt count ends.
-        let seed_methods_only = !partition_keys && in_flight == 1 && rng.chance(0.25);
+        // Nor can it remember what was reported: a batch the mapping discards goes unnoticed.
+        let seed_methods_only = !partition_keys && in_flight == 1 && rng.chance(0.25) && !discards;
         Self {
             seed,
             shards: rng.within(1..4) as usize,
@@ -420,7 +492,9 @@ impl Scenario {
             death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
-                    throttle: 0.05,
+                    // A claim refused outright writes nothing: should the mapping give up on
+                    // every delivery the store refused, no row remembers the batch (open).
+                    throttle: if discards { 0.0 } else { 0.05 },
                     lost_answer: 0.03,
                     latency: 0.1,
                     max_latency: Duration::from_millis(2),
@@ -434,6 +508,15 @@ impl Scenario {
             kpl: rng.chance(0.3),
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
+            discards,
+            // Not beside discards: a consumer that knows nothing of `reported` checkpoints past
+            // it, and the records between its checkpoint and a batch after a discard are then
+            // not found (open).
+            seed_consumer: !partition_keys
+                && in_flight == 1
+                && !seed_methods_only
+                && !discards
+                && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25),
             letters: Letters::draw(seed),
         }
     }
@@ -443,8 +526,9 @@ impl Scenario {
     fn stream(&self, rng: &mut Rng) -> Written {
         let stream = MemoryStream::new("orders", self.shards);
         let mut written = Written::default();
-        let split_at = rng.chance(0.6).then(|| rng.below(self.records));
-        let merge_at = rng.chance(0.5).then(|| rng.below(self.records));
+        let reshard = !self.discards;
+        let split_at = (reshard && rng.chance(0.6)).then(|| rng.below(self.records));
+        let merge_at = (reshard && rng.chance(0.5)).then(|| rng.below(self.records));
         let mut children = None;
         let mut n = 0;
         while n < self.records {
@@ -573,17 +657,19 @@ struct Written {
 }
 
 impl Written {
-    /// The user records of `shard` in order: their positions and partition keys.
-    fn user_records(&self, shard: &str) -> Vec<(String, String)> {
+    /// The user records of `shard` in order: their positions and the keys their order is
+    /// kept by. That is each record's own partition key in the shard mode; with a
+    /// `ParallelizationFactor` above 1 Lambda keeps order only per key it routes by, which for a
+    /// KPL sub-record is its aggregate's (`routing`).
+    fn user_records(&self, shard: &str, routing: bool) -> Vec<(String, String)> {
         let stream = self.stream.as_ref().expect("written");
         let mut records = Vec::new();
         for record in stream.records(shard) {
             match self.aggregates.get(&record.sequence) {
-                Some(keys) => records.extend(
-                    keys.iter()
-                        .enumerate()
-                        .map(|(index, key)| (sub_position(&record.sequence, index), key.clone())),
-                ),
+                Some(keys) => records.extend(keys.iter().enumerate().map(|(index, key)| {
+                    let key = if routing { &record.partition_key } else { key };
+                    (sub_position(&record.sequence, index), key.clone())
+                })),
                 None => records.push((record.sequence.clone(), record.partition_key.clone())),
             }
         }
@@ -651,6 +737,60 @@ impl LeaseStore for SeedMethodsOnly {
     }
 }
 
+/// The stream goes on after the run: one more record on every shard, delivered as the batch
+/// after everything the mapping delivered or gave up on (until it is answered in full), so a
+/// range the mapping discarded at the end is found and recovered as it would be in a live
+/// stream. Every shard is open: discard scenarios do not reshard.
+async fn later_batches(
+    scenario: &Scenario,
+    stream: &MemoryStream,
+    written: &mut Written,
+    harness: &Harness,
+) {
+    for (index, shard) in stream.shard_ids().into_iter().enumerate() {
+        let key = (0..)
+            .map(|k| format!("later-{k}"))
+            .find(|key| stream.shard_of(key) == shard)
+            .expect("some key hashes to every shard");
+        let n = scenario.records + index as u64;
+        let payload = serde_json::to_vec(&Payload {
+            n,
+            fault: Fault::None,
+            error_bytes: None,
+            pad: String::new(),
+        })
+        .unwrap();
+        let sequence = stream.put(&key, payload.clone());
+        written.faults.insert(sequence.clone(), Fault::None);
+        let record = serde_json::json!({
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": key,
+                "sequenceNumber": sequence,
+                "data": base64::engine::general_purpose::STANDARD.encode(&payload),
+                "approximateArrivalTimestamp": 1_764_512_345.0,
+            },
+            "eventSource": "aws:kinesis",
+            "eventVersion": "1.0",
+            "eventID": format!("{shard}:{sequence}"),
+            "eventName": "aws:kinesis:record",
+            "awsRegion": "us-east-1",
+            "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+        });
+        let event = common::event(&[record]);
+        for attempt in 0..30 {
+            let context = common::context(&format!("later-{index}-{attempt}"), 2_000);
+            harness
+                .shared
+                .note(format!("later: {shard} gets {}", &sequence[52..]));
+            match harness.invoke(event.clone(), context).await {
+                Ok(response) if response.batch_item_failures.is_empty() => break,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+}
+
 /// What one scenario counted.
 #[derive(Debug, Default)]
 struct Counts {
@@ -660,6 +800,7 @@ struct Counts {
     timeouts: u64,
     duplicates_after_death: u64,
     duplicates_after_failed_checkpoint: u64,
+    reruns_by_seed_consumer: u64,
     dead_lettered: u64,
     faults: [u64; 4],
     letters: LetterCounts,
@@ -668,7 +809,7 @@ struct Counts {
 /// Runs one scenario, noting what happens in `trace`; a violation is an error.
 async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Counts, String> {
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
-    let written = scenario.stream(&mut rng);
+    let mut written = scenario.stream(&mut rng);
     let stream = written.stream.clone().expect("written");
     {
         let mut trace = trace.lock().unwrap();
@@ -729,10 +870,22 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         death_chance: scenario.death_chance,
         deadline_margin: Duration::from_millis(50),
         max_attempts: scenario.max_attempts,
+        seed_methods_only: scenario.seed_methods_only,
+        seed_consumer: scenario.seed_consumer.then(|| {
+            Arc::new(seed_consumer::Knowledge {
+                aggregates: written
+                    .aggregates
+                    .iter()
+                    .map(|(sequence, keys)| (sequence.clone(), keys.len()))
+                    .collect(),
+                faults: written.faults.clone(),
+            })
+        }),
         rng: Mutex::new(Rng::new(scenario.seed.rotate_left(17))),
     };
+    let harness = Arc::new(harness);
     let report = EventSource::new(stream.clone(), scenario.mapping.clone())
-        .run_observed(Arc::new(harness), |d| {
+        .run_observed(harness.clone(), |d| {
             let short: Vec<&str> = d.sequences.iter().map(|s| &s[52..]).collect();
             shared.note(format!(
                 "source: {} delivered {} lane {} {short:?}: {:?}",
@@ -741,7 +894,9 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         })
         .await
         .map_err(|e| format!("the run stopped: {e}"))?;
-    if !report.discarded.is_empty() {
+    if scenario.discards {
+        later_batches(scenario, &stream, &mut written, &harness).await;
+    } else if !report.discarded.is_empty() {
         return Err(format!("records discarded: {:?}", report.discarded));
     }
     let letters = match &queue {
@@ -766,11 +921,12 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
             ));
         }
     }
+    let routing = scenario.mode == Mode::PartitionKey;
     // Every record of every shard, with its key and shard, in sequence order.
     let mut first_tick: HashMap<String, u64> = HashMap::new();
     let mut by_key: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
     for shard in stream.shard_ids() {
-        for (position, partition_key) in written.user_records(&shard) {
+        for (position, partition_key) in written.user_records(&shard, routing) {
             counts.records += 1;
             let Some(handlings) = journal.handlings.get(&position) else {
                 return Err(format!(
@@ -788,7 +944,14 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
                     scenario.max_attempts
                 ));
             }
-            for earlier in &sorted[..sorted.len() - 1] {
+            for pair in sorted.windows(2) {
+                let (earlier, later) = (&pair[0], &pair[1]);
+                // A seed-crate consumer resumes after `checkpoint`: an aggregate the toolkit
+                // stopped inside runs whole again (its done sub-records were never `checkpoint`).
+                if later.invocation.starts_with("seed-") && position.contains('/') {
+                    counts.reruns_by_seed_consumer += 1;
+                    continue;
+                }
                 // Lambda stops a function at its timeout wherever it is: like a death, but
                 // one the handler never saw coming, so the journal learns it from the source.
                 if journal.died.contains(&earlier.invocation)
@@ -831,7 +994,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     }
     for child in stream.shard_ids() {
         let Some(child_first) = written
-            .user_records(&child)
+            .user_records(&child, routing)
             .iter()
             .map(|(position, _)| first_tick[position])
             .min()
@@ -839,7 +1002,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
             continue;
         };
         for parent in stream.parents(&child) {
-            for (position, _) in written.user_records(&parent) {
+            for (position, _) in written.user_records(&parent, routing) {
                 if first_tick[&position] > child_first {
                     return Err(format!(
                         "child {child} was handled before record {position} of its parent {parent}"
@@ -932,6 +1095,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.duplicates_after_death += counts.duplicates_after_death;
                 totals.duplicates_after_failed_checkpoint +=
                     counts.duplicates_after_failed_checkpoint;
+                totals.reruns_by_seed_consumer += counts.reruns_by_seed_consumer;
                 totals.dead_lettered += counts.dead_lettered;
                 for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
                     *total += n;
@@ -948,7 +1112,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         }
     }
     eprintln!(
-        "{count} scenarios: {} records, {} deliveries, {} dead-lettered; {} invocations died and {} timed out, {} records handled again after either, {} after a checkpoint that did not land; store faults injected: {} throttled, {} lost answers, {} slow calls, {} stolen leases",
+        "{count} scenarios: {} records, {} deliveries, {} dead-lettered; {} invocations died and {} timed out, {} records handled again after either, {} after a checkpoint that did not land, {} sub-records run again by a seed consumer resuming before their aggregate; store faults injected: {} throttled, {} lost answers, {} slow calls, {} stolen leases",
         totals.records,
         totals.deliveries,
         totals.dead_lettered,
@@ -956,6 +1120,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         totals.timeouts,
         totals.duplicates_after_death,
         totals.duplicates_after_failed_checkpoint,
+        totals.reruns_by_seed_consumer,
         totals.faults[0],
         totals.faults[1],
         totals.faults[2],

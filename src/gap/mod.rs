@@ -286,10 +286,12 @@ pub(crate) fn detect(
 /// The row's reported record, while it is above the checkpoint: a checkpoint at or past it
 /// (written by this toolkit or by another consumer of the table) means it was done since.
 fn outstanding<'a>(state: &'a LeaseState, checkpoint: Option<&Position>) -> Option<&'a Position> {
-    state
-        .reported
-        .as_ref()
+    // A batch turned away by a lingering lease counts as reported too: the lowest of the two.
+    [state.reported.as_ref(), state.contended.as_ref()]
+        .into_iter()
+        .flatten()
         .filter(|reported| checkpoint.is_none_or(|checkpoint| *reported > checkpoint))
+        .min()
 }
 
 /// What to remember of a batch starting at `first` that runs nothing (held, unreadable gap):

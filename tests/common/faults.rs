@@ -98,12 +98,15 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             if self.claim_fails.load(Ordering::SeqCst) {
                 return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into());
             }
-            self.inner.acquire_and_read(key, owner, ttl).await
+            self.inner
+                .acquire_and_read(key, owner, ttl, attempting)
+                .await
         })
     }
 
@@ -171,6 +174,14 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
 
     fn requests(&self) -> Option<u64> {
         self.inner.requests()
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.mark_contended(key, first)
     }
 }
 
@@ -382,10 +393,14 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
         key: &'a LeaseKey,
         owner: &'a str,
         ttl: Duration,
+        attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             self.before().await?;
-            let claim = self.inner.acquire_and_read(key, owner, ttl).await;
+            let claim = self
+                .inner
+                .acquire_and_read(key, owner, ttl, attempting)
+                .await;
             self.note(|| format!("store: {owner} claims {key}: {claim:?}"));
             claim
         })
@@ -479,5 +494,13 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
 
     fn requests(&self) -> Option<u64> {
         self.inner.requests()
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.mark_contended(key, first)
     }
 }

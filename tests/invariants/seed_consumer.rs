@@ -1,0 +1,114 @@
+//! A container consumer on the same table, as the seed crate's runs: between the mapping's
+//! invocations it takes a shard's lease with the seed's five methods, handles the records after
+//! `checkpoint` itself (whole records, an aggregate's every sub-record), checkpoints each one
+//! whole, writes `SHARD_END` at a closed shard's end, and lets go. It knows nothing of the
+//! toolkit's attributes (`aggregate_*`, `failing`, `reported`), as the seed crate does not.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint::{LeaseKey, LeaseStore, SHARD_END, SequenceNumber};
+
+use super::{Fault, Shared};
+
+/// What the consumer needs to know of the stream the scenario wrote.
+pub struct Knowledge {
+    /// Each aggregate's sequence number and its user records' count.
+    pub aggregates: HashMap<String, usize>,
+    /// The fault of every user record, by position: the consumer only handles healthy ones.
+    pub faults: HashMap<String, Fault>,
+}
+
+/// Takes `shard` over for up to `records` records, if its lease is free and its parents are
+/// finished. Every handling is journaled under `owner`; those whose checkpoint did not land are
+/// marked so, as for an invocation of the toolkit.
+pub async fn take_over(
+    store: &dyn LeaseStore,
+    stream: &MemoryStream,
+    knowledge: &Knowledge,
+    shared: &Shared,
+    (shard, owner): (&str, &str),
+    records: usize,
+) {
+    let key = LeaseKey::new("orders", shard);
+    if !matches!(
+        store.acquire(&key, owner, Duration::from_millis(150)).await,
+        Ok(true)
+    ) {
+        return;
+    }
+    shared.note(format!("{owner} takes {shard} over"));
+    let mut finished = true;
+    for parent in stream.parents(shard) {
+        let row = store.read(&LeaseKey::new("orders", parent.as_str())).await;
+        finished &= row.is_ok_and(|row| row.checkpoint.as_deref() == Some(SHARD_END));
+    }
+    let state = store.read(&key).await;
+    let (true, Ok(state)) = (finished, state) else {
+        let _ = store.release(&key, owner).await;
+        return;
+    };
+    if state.checkpoint.as_deref() == Some(SHARD_END) {
+        let _ = store.release(&key, owner).await;
+        return;
+    }
+    let after: Option<SequenceNumber> = state.checkpoint.as_deref().and_then(|c| c.parse().ok());
+    let pending: Vec<_> = stream
+        .records(shard)
+        .into_iter()
+        .filter(|record| {
+            after
+                .as_ref()
+                .is_none_or(|after| record.sequence.parse::<SequenceNumber>().unwrap() > *after)
+        })
+        .collect();
+    let mut done = 0;
+    for record in pending.iter().take(records) {
+        let positions: Vec<String> = match knowledge.aggregates.get(&record.sequence) {
+            Some(&count) => (0..count)
+                .map(|index| super::sub_position(&record.sequence, index))
+                .collect(),
+            None => vec![record.sequence.clone()],
+        };
+        if positions
+            .iter()
+            // Records written after the run (the batches that come later) are all healthy.
+            .any(|position| {
+                knowledge
+                    .faults
+                    .get(position)
+                    .is_some_and(|f| *f != Fault::None)
+            })
+        {
+            break;
+        }
+        for position in &positions {
+            shared.handled(position, owner, false);
+        }
+        let written = store.checkpoint(&key, owner, &record.sequence).await;
+        if !matches!(written, Ok(true)) {
+            shared.note(format!(
+                "{owner} could not checkpoint {}: {written:?}",
+                record.sequence
+            ));
+            {
+                let mut journal = shared.journal.lock().unwrap();
+                for position in positions {
+                    journal.uncheckpointed.insert((owner.to_owned(), position));
+                }
+            }
+            let _ = store.release(&key, owner).await;
+            return;
+        }
+        done += 1;
+    }
+    let closed = stream
+        .shard_ids()
+        .iter()
+        .any(|other| stream.parents(other).iter().any(|p| p == shard));
+    if closed && done == pending.len() {
+        let _ = store.checkpoint(&key, owner, SHARD_END).await;
+    }
+    let _ = store.release(&key, owner).await;
+}
