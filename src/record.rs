@@ -703,6 +703,7 @@ impl fmt::Debug for Record {
             .field("sequence", &self.sequence)
             .field("sub_sequence", &self.sub_sequence)
             .field("partition_key", &self.partition_key)
+            .field("routing_key", &self.routing_key)
             .field("explicit_hash_key", &self.explicit_hash_key)
             .field("data", &format_args!("<{} bytes>", self.data.len()))
             .field("arrival", &self.arrival)

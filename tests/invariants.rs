@@ -4,13 +4,15 @@
 //! chance (throttling, lost answers, latency, stolen leases; handler errors, poison, panics,
 //! time-outs, and invocations that die between a handler and the checkpoint). After each:
 //!
-//! 1. every record is processed or dead-lettered, none discarded;
+//! 1. every record is processed or dead-lettered, none lost (a record the mapping discarded
+//!    must come back through gap recovery), and none healthy dead-lettered;
 //! 2. a record is handled twice only when an earlier handling was in an invocation that died
 //!    before its checkpoint (an injected death, or a time-out: Lambda stops a function at its
 //!    timeout, and a starved machine makes that happen in any scenario), or whose checkpoint did
 //!    not land (the report says so): those are counted, by cause, and every injected death is
 //!    matched: the record whose effect it died after is handled again;
-//! 3. per partition key, records are first handled in sequence order;
+//! 3. per partition key, records are first handled in sequence order (with a
+//!    `ParallelizationFactor` above 1, per key Kinesis routed by: a KPL aggregate's own);
 //! 4. no record of a child shard is handled before every record of its parents.
 //!
 //! `INVARIANT_SCENARIOS` (default 1,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
@@ -28,6 +30,26 @@
 //! characters. At the end a redrive must give back every dead-lettered record once, byte for
 //! byte, and leave only partial sends of records that were processed (`check_letters`).
 //!
+//! The other families, each drawn by the seed:
+//! - KPL aggregates (30 %): records packed 1 to 5 to an aggregate of keys bound for one shard,
+//!   and the last record of a shard that splits is one, with children delivered early;
+//! - healthy slow records (`Sluggish`): a record after one starts near the deadline, and
+//!   must never be charged an attempt for being cut by it (1 to 3 attempts are drawn);
+//! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
+//!   one record at a time): the trait's defaults do the rest, and the duplicates they state
+//!   (sub-records done before a stop inside an aggregate) are counted, not failed;
+//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`; the stream
+//!   then goes on (one more record per shard, delivered as the batch after everything), and
+//!   gap recovery must bring every discarded record back;
+//! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
+//!   record at a time): between invocations it takes a shard over with the seed's five methods,
+//!   handles records after `checkpoint` and checkpoints them whole (`seed_consumer.rs`).
+//!
+//! Not drawn together, each an open limitation written in the README: discards with resharding
+//! (a closed parent's discarded tail), with concurrent deliveries (a stray holding the lease), with
+//! a record age (a lagging shard reports nothing), with refused claims (nothing written), with a
+//! five-method store or beside a seed consumer (neither keeps `reported`).
+//!
 //! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
 //! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
 //! at its checkpoint. Shard-mode scenarios only: the partition-key mode has no shard lease.
@@ -35,8 +57,10 @@
 #![allow(
     clippy::cast_possible_truncation,
     clippy::similar_names,
+    clippy::struct_excessive_bools,
     clippy::too_many_lines,
-    reason = "small random numbers drawn as u64; one checker reads best as one function"
+    reason = "small random numbers drawn as u64; one checker reads best as one function; a \
+              scenario is a set of yes-or-no fault families"
 )]
 
 mod common;
@@ -47,6 +71,8 @@ mod kpl_encoder;
 mod letters;
 #[path = "invariants/seed_consumer.rs"]
 mod seed_consumer;
+#[path = "invariants/skew.rs"]
+mod skew;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,6 +160,10 @@ struct Journal {
     deaths: Vec<(String, String)>,
     /// Per invocation, records whose checkpoint did not land.
     uncheckpointed: HashSet<(String, String)>,
+    /// Records the mapping skipped that an invocation read back and ran.
+    recovered: u64,
+    /// Shards a seed-crate consumer took over.
+    takeovers: u64,
     attempts: HashMap<String, u32>,
     /// By record position, the payload and partition key of its dead letter, as the sink took it.
     letters: HashMap<String, (Vec<u8>, String)>,
@@ -190,6 +220,9 @@ struct Harness {
     seed_methods_only: bool,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
+    /// Each invocation's clock is off by up to this much (milliseconds): within the
+    /// processor's default margin, which caps at a third of the lease's TTL.
+    skew_ms: u64,
     rng: Mutex<Rng>,
 }
 
@@ -254,7 +287,20 @@ impl Function for Harness {
                 shared: self.shared.clone(),
                 invocation: invocation.clone(),
             });
-            let processor = Processor::new(self.store.clone(), handler)
+            let store: Arc<dyn LeaseStore> = if self.skew_ms > 0 {
+                let spread = self.rng.lock().unwrap().within(0..2 * self.skew_ms + 1);
+                let offset_ms =
+                    i64::try_from(spread).unwrap() - i64::try_from(self.skew_ms).unwrap();
+                self.shared
+                    .note(format!("{invocation}'s clock is off by {offset_ms} ms"));
+                Arc::new(skew::Skewed {
+                    inner: self.store.clone(),
+                    offset_ms,
+                })
+            } else {
+                self.store.clone()
+            };
+            let processor = Processor::new(store, handler)
                 .dead_letters(sink)
                 .gate(Gate::new(
                     self.topology.clone(),
@@ -302,6 +348,7 @@ impl Function for Harness {
                             .filter(|_| self.seed_methods_only)
                             .map(|(sequence, _)| format!("{sequence}/"));
                         // Records the mapping skipped and this invocation recovered count too.
+                        journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
                         let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
                         for record in recovered.chain(&shard.records) {
                             let position = record.position.to_string();
@@ -419,6 +466,8 @@ struct Scenario {
     /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
     /// nothing of the records done above a checkpoint under per-key concurrency).
     seed_consumer: bool,
+    /// How far apart the invocations' clocks may be (milliseconds; 0: in step).
+    skew_ms: u64,
     /// The dead-letter family, when on.
     letters: Option<Letters>,
 }
@@ -512,6 +561,13 @@ impl Scenario {
             // Not beside discards: a consumer that knows nothing of `reported` checkpoints past
             // it, and the records between its checkpoint and a batch after a discard are then
             // not found (open).
+            // Up to a third of the simulation's 150 ms lease, the most the margin covers (in
+            // production, ±1 s beside a 30 s lease); the shard mode only, which has a lease.
+            skew_ms: if !partition_keys && Rng::new(seed ^ 0x5CE3).chance(0.3) {
+                50
+            } else {
+                0
+            },
             seed_consumer: !partition_keys
                 && in_flight == 1
                 && !seed_methods_only
@@ -748,7 +804,7 @@ async fn later_batches(
     harness: &Harness,
 ) {
     for (index, shard) in stream.shard_ids().into_iter().enumerate() {
-        let key = (0..)
+        let key = (0..10_000)
             .map(|k| format!("later-{k}"))
             .find(|key| stream.shard_of(key) == shard)
             .expect("some key hashes to every shard");
@@ -802,6 +858,9 @@ struct Counts {
     duplicates_after_failed_checkpoint: u64,
     reruns_by_seed_consumer: u64,
     dead_lettered: u64,
+    discarded: u64,
+    recovered: u64,
+    takeovers: u64,
     faults: [u64; 4],
     letters: LetterCounts,
 }
@@ -871,6 +930,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deadline_margin: Duration::from_millis(50),
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
+        skew_ms: scenario.skew_ms,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written
@@ -910,6 +970,9 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deaths: journal.died.len() as u64,
         timeouts: report.timed_out.len() as u64,
         faults: *chaos.injected.lock().unwrap(),
+        discarded: report.discarded.len() as u64,
+        recovered: journal.recovered,
+        takeovers: journal.takeovers,
         letters,
         ..Counts::default()
     };
@@ -1096,6 +1159,9 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.duplicates_after_failed_checkpoint +=
                     counts.duplicates_after_failed_checkpoint;
                 totals.reruns_by_seed_consumer += counts.reruns_by_seed_consumer;
+                totals.discarded += counts.discarded;
+                totals.recovered += counts.recovered;
+                totals.takeovers += counts.takeovers;
                 totals.dead_lettered += counts.dead_lettered;
                 for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
                     *total += n;
@@ -1127,6 +1193,10 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         totals.faults[3],
     );
     eprintln!("{}", totals.letters);
+    eprintln!(
+        "mapping discards: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over",
+        totals.discarded, totals.recovered, totals.takeovers
+    );
     assert!(
         count < 100 || totals.deaths > 0,
         "no death was injected: the death injection is not working"

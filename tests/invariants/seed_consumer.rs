@@ -39,6 +39,7 @@ pub async fn take_over(
         return;
     }
     shared.note(format!("{owner} takes {shard} over"));
+    shared.journal.lock().unwrap().takeovers += 1;
     let mut finished = true;
     for parent in stream.parents(shard) {
         let row = store.read(&LeaseKey::new("orders", parent.as_str())).await;
