@@ -89,9 +89,9 @@ use kinesis_checkpoint::local::{
     EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
 use kinesis_checkpoint::{
-    BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink, Disposition, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position,
-    Processor, Record, SequenceNumber,
+    BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink, Disposition, LeaseStore,
+    MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position, Processor, Record,
+    SequenceNumber,
 };
 use letters::{FlakyQueue, LetterCounts, Letters, awkward_error, check_letters};
 use serde::{Deserialize, Serialize};
@@ -777,50 +777,6 @@ fn sub_position(sequence: &str, index: usize) -> String {
     Position::sub_record(sequence.parse().unwrap(), index as u64).to_string()
 }
 
-/// A store with the seed crate's five methods only: every extension runs the trait's default.
-struct SeedMethodsOnly(Arc<dyn LeaseStore>);
-
-impl LeaseStore for SeedMethodsOnly {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.acquire(key, owner, ttl)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.renew(key, owner, ttl)
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.checkpoint(key, owner, sequence)
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.0.read(key)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.0.release(key, owner)
-    }
-}
-
 /// The stream goes on after the run: one more record on every shard, delivered as the batch
 /// after everything the mapping delivered or gave up on (until it is answered in full), so a
 /// range the mapping discarded at the end is found and recovered as it would be in a live
@@ -943,7 +899,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         None => Arc::new(MemoryDeadLetters::new()),
     };
     let store: Arc<dyn LeaseStore> = if scenario.seed_methods_only {
-        Arc::new(SeedMethodsOnly(chaos.clone()))
+        Arc::new(common::faults::FiveMethods(chaos.clone()))
     } else {
         chaos.clone()
     };
