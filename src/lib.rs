@@ -36,7 +36,8 @@
 //! | [`gap`] | records the mapping discarded, found and run before the batch |
 //! | [`keyed`] | per-key concurrency within one invocation |
 //! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
-//! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
+//! | [`processor`] | the builder a function configures, and the Lambda service |
+//! | [`report`] | what an invocation did with each record: [`BatchReport`], [`ShardReport`], [`Disposition`], [`StopReason`] |
 //! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
 //! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
 //!
@@ -66,22 +67,24 @@ pub mod aws_error;
 pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+mod engine;
 pub mod gap;
 pub mod gate;
 pub mod handler;
-pub mod keyed;
+mod key_row;
 pub mod kpl;
 pub mod lease;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod memory;
 pub mod metrics;
-mod parent_scan;
-pub mod partition_key;
 pub mod processor;
 pub mod record;
+pub mod report;
 mod row;
 pub mod sequence;
+
+pub use engine::{keyed, partition_key};
 
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterReason, DeadLetterSink, MemoryDeadLetters,
@@ -98,10 +101,9 @@ pub use lease::{
 };
 pub use memory::MemoryLeaseStore;
 pub use partition_key::Mode;
-pub use processor::{
-    BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
-};
+pub use processor::{ProcessError, Processor};
 pub use record::{LambdaKinesisEvent, MalformedReason, MalformedRecord, PayloadError, Record};
+pub use report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
 pub use sequence::{Position, SequenceError, SequenceNumber};
 
 /// The names a Lambda function needs, in one `use`.

@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 use crate::lease::{
     BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore,
 };
-use crate::processor::{BatchReport, Disposition, StopReason};
+use crate::report::{BatchReport, Disposition, GapOutcome, StopReason};
 use crate::sequence::Position;
 
 /// The `CloudWatch` namespace the metrics go to unless another is named.
@@ -207,7 +207,7 @@ impl InvocationMetrics {
                         })
                         .count(),
                 );
-                if gap.outcome == crate::gap::GapOutcome::NoReader {
+                if gap.outcome == GapOutcome::NoReader {
                     metrics.gaps += 1;
                 }
             }
@@ -544,8 +544,7 @@ impl LeaseStore for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::Held;
-    use crate::processor::{RecordReport, ShardReport};
+    use crate::report::{Held, RecordReport, ShardReport};
     use crate::sequence::SequenceNumber;
 
     fn seq(n: u64) -> SequenceNumber {
