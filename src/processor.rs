@@ -66,7 +66,19 @@ impl<H> Clone for Processor<H> {
 
 impl<H> fmt::Debug for Processor<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.settings, f)
+        let settings = &self.settings;
+        f.debug_struct("Processor")
+            .field("dead_letters", &settings.dead_letters.is_some())
+            .field("gate", &settings.gate)
+            .field("max_attempts", &settings.max_attempts)
+            .field("lease_ttl", &settings.lease_ttl)
+            .field("clock_skew", &settings.clock_skew)
+            .field("deadline_margin", &settings.deadline_margin)
+            .field("max_in_flight", &settings.max_in_flight)
+            .field("max_done_above", &settings.max_done_above)
+            .field("mode", &settings.mode)
+            .field("metrics", &settings.meter.is_some())
+            .finish_non_exhaustive()
     }
 }
 

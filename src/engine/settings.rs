@@ -4,7 +4,6 @@
 //! The builder ([`Processor`](crate::Processor)) fills these in; every part of the engine reads
 //! them from here, so no mode, dispatcher or attempt depends on the builder itself.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,22 +147,5 @@ impl<H> Clone for Settings<H> {
             key_ttl: self.key_ttl,
             meter: self.meter.clone(),
         }
-    }
-}
-
-impl<H> fmt::Debug for Settings<H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Processor")
-            .field("dead_letters", &self.dead_letters.is_some())
-            .field("gate", &self.gate)
-            .field("max_attempts", &self.max_attempts)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("clock_skew", &self.clock_skew)
-            .field("deadline_margin", &self.deadline_margin)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("max_done_above", &self.max_done_above)
-            .field("mode", &self.mode)
-            .field("metrics", &self.meter.is_some())
-            .finish_non_exhaustive()
     }
 }
