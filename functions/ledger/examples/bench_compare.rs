@@ -47,7 +47,8 @@ struct Args {
     events: Vec<String>,
 }
 
-const USAGE: &str = "usage: bench_compare --endpoint URL --lease-table NAME --ledger-table NAME EVENT.json...";
+const USAGE: &str =
+    "usage: bench_compare --endpoint URL --lease-table NAME --ledger-table NAME EVENT.json...";
 
 fn parse_args() -> Result<Args, String> {
     let mut endpoint = None;
@@ -60,13 +61,18 @@ fn parse_args() -> Result<Args, String> {
             "--endpoint" => &mut endpoint,
             "--lease-table" => &mut lease_table,
             "--ledger-table" => &mut ledger_table,
-            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}; {USAGE}")),
+            flag if flag.starts_with("--") => {
+                return Err(format!("unknown option {flag}; {USAGE}"));
+            }
             _ => {
                 events.push(arg);
                 continue;
             }
         };
-        *slot = Some(args.next().ok_or_else(|| format!("{arg} needs a value; {USAGE}"))?);
+        *slot = Some(
+            args.next()
+                .ok_or_else(|| format!("{arg} needs a value; {USAGE}"))?,
+        );
     }
     Ok(Args {
         endpoint: endpoint.ok_or(USAGE)?,
@@ -113,7 +119,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut bodies = HashMap::new();
     for path in &args.events {
-        bodies.insert(path.clone(), std::fs::read(path).map_err(|e| format!("{path}: {e}"))?);
+        bodies.insert(
+            path.clone(),
+            std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
+        );
     }
     let mut out = std::io::stdout().lock();
     let mut invocation = 0u64;
