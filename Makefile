@@ -46,8 +46,10 @@ STACK ?= kinesis-checkpoint
 
 all: build
 
+# An existing venv is kept: `venv` refuses a path that is a symbolic link (a worktree's `.venv`
+# pointing at a shared one), and pip brings it up to date anyway.
 $(VENV)/.installed: requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
