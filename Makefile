@@ -20,7 +20,11 @@
 #                   tested one, a new crate outside the workspace builds the README's function
 #                   (fresh resolution, default and all features), cargo publish --dry-run
 #   make bench      every benchmark of BENCHMARKS.md: processor overhead, requests per batch,
-#                   peak memory, cold start, arm64 binary size, per-key concurrency, KPL
+#                   peak memory, cold start, arm64 binary size, per-key concurrency, KPL, and
+#                   the comparison with Powertools
+#   make bench-compare  Powertools (BatchProcessor + idempotency) and the ledger's processor side
+#                   by side on one moto: requests per batch, wall and CPU time per record
+#                   (COMPARE_ARGS=--repeats N --sizes 100,1000); table in target/bench-compare.json
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -38,13 +42,15 @@ LEDGER_TABLE ?= kinesis-checkpoint-ledger
 EVENT ?= events/batch.json
 STACK ?= kinesis-checkpoint
 
-.PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench clean venv
+.PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench bench-compare clean venv
 .PHONY: local-up local-down local-show
 
 all: build
 
+# An existing venv is kept: `venv` refuses a path that is a symbolic link (a worktree's `.venv`
+# pointing at a shared one), and pip brings it up to date anyway.
 $(VENV)/.installed: requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
@@ -143,6 +149,14 @@ bench: $(VENV)/.installed
 	@echo "arm64 bootstrap (lambda profile, stripped): $$(stat -c %s target/lambda/ledger/bootstrap) bytes"
 	cargo bench --bench concurrency -- $(CRITERION_ARGS)
 	cargo bench --bench kpl -- $(CRITERION_ARGS)
+	$(MAKE) bench-compare
+
+# Section 7 of BENCHMARKS.md. One moto for both sides, started and stopped (by its PID) by the
+# script; the toolkit's driver is built with the release profile, as the processor benchmark is.
+COMPARE_ARGS ?=
+bench-compare: $(VENV)/.installed
+	cargo build --release -p ledger --example bench_compare
+	$(VENV)/bin/python scripts/bench-compare $(COMPARE_ARGS)
 
 clean:
 	cargo clean
