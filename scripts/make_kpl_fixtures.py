@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/kpl/*.json: KPL aggregates made by AWS's own aggregator.
 
-Why: `src/kpl.rs` decodes a format that another library writes. Testing it only against
+Why: `src/kpl/` decodes a format that another library writes. Testing it only against
 aggregates our own encoder built would prove that our encoder and decoder agree, not that we
 read what producers send. So the fixtures come from `aws-kinesis-agg`, AWS's Python
 implementation of the KPL aggregation format, and are committed: `cargo test` needs no Python.

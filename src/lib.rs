@@ -24,7 +24,8 @@
 //! | module | concept |
 //! |---|---|
 //! | [`sequence`] | sequence numbers and the extended order checkpoints compare in |
-//! | [`record`] | the record a handler sees, parsed out of Lambda's event |
+//! | [`record`] | the record a handler sees: where it came from, its position, its payload |
+//! | [`event`] | Lambda's Kinesis event ([`LambdaKinesisEvent`]), read into records; [`MalformedRecord`] |
 //! | [`kpl`] | KPL aggregates unpacked into their user records: [`deaggregate`] (always built) |
 //! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
 //! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
@@ -68,6 +69,7 @@ pub mod dead_letter;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 mod engine;
+pub mod event;
 pub mod gap;
 pub mod gate;
 pub mod handler;
@@ -93,6 +95,7 @@ pub use dead_letter::{
 pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
+pub use event::{LambdaKinesisEvent, MalformedReason, MalformedRecord};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use lease::{
@@ -102,7 +105,7 @@ pub use lease::{
 pub use memory::MemoryLeaseStore;
 pub use partition_key::Mode;
 pub use processor::{ProcessError, Processor};
-pub use record::{LambdaKinesisEvent, MalformedReason, MalformedRecord, PayloadError, Record};
+pub use record::{PayloadError, Record};
 pub use report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
 pub use sequence::{Position, SequenceError, SequenceNumber};
 

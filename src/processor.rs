@@ -20,11 +20,11 @@ pub use crate::engine::{
     DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_LEASE_TTL, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_DONE_ABOVE,
 };
+use crate::event::{LambdaKinesisEvent, MalformedRecord};
 use crate::gate::Gate;
 use crate::handler::Handler;
 use crate::lease::LeaseStore;
 use crate::metrics::{Meter, Metrics};
-use crate::record::{LambdaKinesisEvent, MalformedRecord};
 pub use crate::report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
 
 /// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.

@@ -13,10 +13,10 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use common::{context, reported};
+use kinesis_checkpoint::event::LambdaKinesisEvent;
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::partition_key::row_key;
-use kinesis_checkpoint::record::LambdaKinesisEvent;
 use kinesis_checkpoint::{
     LeaseKey, LeaseStore, MemoryLeaseStore, Mode, Outcome, Processor, Record,
 };

@@ -778,7 +778,7 @@ fn flaw() -> impl Strategy<Value = Flaw> {
             Just("arn:aws:kinesis:us-east-1:123456789012:table/orders".to_owned()),
             Just("arn:aws:kinesis:us-east-1".to_owned()),
             ".{0,24}".prop_filter("not a stream ARN", |arn| {
-                kinesis_checkpoint::record::stream_name(arn).is_none()
+                kinesis_checkpoint::event::stream_name(arn).is_none()
             }),
         ]
         .prop_map(Flaw::SourceArn),
@@ -901,10 +901,10 @@ fn known(record: &Value) -> Known {
     let text = |pointer: &str| record.pointer(pointer).and_then(Value::as_str);
     Known {
         stream: text("/eventSourceARN")
-            .and_then(kinesis_checkpoint::record::stream_name)
+            .and_then(kinesis_checkpoint::event::stream_name)
             .map(str::to_owned),
         shard: text("/eventID")
-            .and_then(kinesis_checkpoint::record::shard_id)
+            .and_then(kinesis_checkpoint::event::shard_id)
             .map(str::to_owned),
         sequence: text("/kinesis/sequenceNumber")
             .filter(|s| !s.is_empty())

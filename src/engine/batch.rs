@@ -6,8 +6,9 @@
 //! [`kpl`](crate::kpl); this module turns their output into [`Entry`]s, which everything after
 //! it (dedupe, dispatch, the checkpoint) reads, and never looks further up.
 
+use crate::event::{MalformedRecord, Parsed};
 use crate::lease::LeaseKey;
-use crate::record::{MalformedRecord, Parsed, Record};
+use crate::record::Record;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber, cmp_record};
 

@@ -44,8 +44,8 @@ pub use settings::{
 
 use self::batch::{ShardBatch, deaggregate, group};
 use self::invocation::Invocation;
+use crate::event::{MalformedRecord, parse_event};
 use crate::handler::Handler;
-use crate::record::{MalformedRecord, parse_event};
 use crate::report::{BatchReport, ShardReport, StopReason};
 
 /// Runs one batch: parses and groups it, runs each shard's records in the processor's mode, and

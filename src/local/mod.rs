@@ -67,20 +67,22 @@
 //! # }
 //! ```
 
+mod delivery;
 mod function;
+mod invoke;
 #[cfg(feature = "kinesis")]
 mod kinesis;
 mod mapping;
+mod progress;
 mod rng;
 mod source;
 mod stream;
 
+pub use delivery::{Delivery, DeliveryOutcome, DiscardReason, Discarded, RunReport, SourceError};
 pub use function::{Function, InvocationError, RuntimeApi};
 #[cfg(feature = "kinesis")]
 pub use kinesis::KinesisStream;
 pub use mapping::Mapping;
 pub use rng::Rng;
-pub use source::{
-    Delivery, DeliveryOutcome, DiscardReason, Discarded, EventSource, RunReport, SourceError,
-};
+pub use source::EventSource;
 pub use stream::{MemoryStream, ShardRead, Shards, StreamError, StreamRecord};

@@ -1,0 +1,493 @@
+//! Lambda's Kinesis event, and how the records a handler sees are read out of it.
+//!
+//! Lambda's event names the shard only inside `eventID` (`shardId-…:<sequence>`) and the stream
+//! only inside `eventSourceARN`; the handler, the lease and every log line need both, so they are
+//! parsed once here. A record that cannot be parsed becomes a [`MalformedRecord`] that says what
+//! was wrong and where, never a record that silently disappears from the batch.
+//!
+//! This is the wire side of intake: the event's JSON, its quirks (`aws_lambda_events`'s reading
+//! of arrival times) and its failures. What a handler holds once the event is read, the
+//! [`Record`], has its own module, which knows nothing of the event: records also come from
+//! KPL aggregates, local sources and tests.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use bytes::Bytes;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::lease::LeaseKey;
+use crate::record::Record;
+use crate::sequence::{SequenceError, SequenceNumber};
+
+/// A record of Lambda's event that cannot be processed, with what is known of where it is.
+///
+/// The processor never drops one: it stops its shard there and reports the record, or, when not
+/// even a sequence number can be read, fails the whole batch with this error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "record {index} of the batch (stream {}, shard {}, sequence number {}) cannot be processed: {reason}",
+    or_unknown(.stream.as_deref()),
+    or_unknown(.shard.as_deref()),
+    or_unknown(.sequence.as_deref())
+)]
+pub struct MalformedRecord {
+    /// The record's index in the event's `Records`.
+    pub index: usize,
+    /// The stream, when `eventSourceARN` could be read.
+    pub stream: Option<String>,
+    /// The shard, when `eventID` could be read.
+    pub shard: Option<String>,
+    /// The sequence number as the event gave it, when it gave one.
+    pub sequence: Option<String>,
+    /// What was wrong.
+    pub reason: MalformedReason,
+}
+
+fn or_unknown(part: Option<&str>) -> &str {
+    match part {
+        Some(part) if !part.is_empty() => part,
+        _ => "unknown",
+    }
+}
+
+/// What made a record unreadable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MalformedReason {
+    /// `eventID` is missing or not `shardId-…:<sequenceNumber>`.
+    #[error("eventID {0:?} is not '<shardId>:<sequenceNumber>'")]
+    EventId(Option<String>),
+    /// `eventSourceARN` is missing or not a Kinesis stream ARN.
+    #[error("eventSourceARN {0:?} is not 'arn:aws:kinesis:<region>:<account>:stream/<name>'")]
+    SourceArn(Option<String>),
+    /// `kinesis.sequenceNumber` is not a sequence number.
+    #[error("kinesis.sequenceNumber is not a sequence number: {0}")]
+    Sequence(SequenceError),
+}
+
+impl MalformedRecord {
+    /// The sequence number to report for this record, when the event gave a valid one.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{MalformedReason, MalformedRecord};
+    /// let record = MalformedRecord {
+    ///     index: 0,
+    ///     stream: Some("orders".into()),
+    ///     shard: None,
+    ///     sequence: Some("42".into()),
+    ///     reason: MalformedReason::EventId(Some("nonsense".into())),
+    /// };
+    /// assert_eq!(record.reportable_sequence().map(|s| s.to_string()).as_deref(), Some("42"));
+    /// ```
+    #[must_use]
+    pub fn reportable_sequence(&self) -> Option<SequenceNumber> {
+        self.sequence
+            .as_deref()
+            .and_then(|digits| digits.parse().ok())
+    }
+}
+
+/// The stream name inside a stream ARN, also under enhanced fan-out
+/// (`…:stream/NAME/consumer/CONSUMER:TIMESTAMP`).
+///
+/// ```
+/// use kinesis_checkpoint::event::stream_name;
+///
+/// assert_eq!(stream_name("arn:aws:kinesis:eu-west-1:123456789012:stream/orders"), Some("orders"));
+/// assert_eq!(
+///     stream_name("arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/app:1700000000"),
+///     Some("orders"),
+/// );
+/// assert_eq!(stream_name("arn:aws:sqs:eu-west-1:123456789012:orders"), None);
+/// ```
+#[must_use]
+pub fn stream_name(arn: &str) -> Option<&str> {
+    let mut parts = arn.splitn(6, ':');
+    let (Some("arn"), Some(_partition), Some("kinesis"), Some(_region), Some(_account)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let name = parts.next()?.strip_prefix("stream/")?;
+    let name = name.split('/').next().unwrap_or_default();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The shard id inside an `eventID` (`shardId-000000000000:<sequence>`). A shard id holds no
+/// colon, so the first colon ends it.
+///
+/// ```
+/// use kinesis_checkpoint::event::shard_id;
+///
+/// assert_eq!(shard_id("shardId-000000000002:4959"), Some("shardId-000000000002"));
+/// assert_eq!(shard_id("shardId-000000000002"), None);
+/// ```
+#[must_use]
+pub fn shard_id(event_id: &str) -> Option<&str> {
+    let (shard, sequence) = event_id.split_once(':')?;
+    (!shard.is_empty() && !sequence.is_empty()).then_some(shard)
+}
+
+/// Lambda's Kinesis event as [`Processor::service`](crate::Processor::service) reads it:
+/// a [`KinesisEvent`] whose arrival times are exact, and which no timestamp can fail or panic.
+///
+/// `aws_lambda_events` reads `approximateArrivalTimestamp` through the decimal text of a float:
+/// `.5` becomes 5 ms, six decimals (as emulators write) fail the whole event with "invalid
+/// timestamp", and fourteen or more overflow a multiplication (a panic in a debug build). This
+/// type reads each timestamp itself, to the microsecond, and lets `aws_lambda_events` read the
+/// rest; an error names the field (`Records[3].kinesis.data: …`), as the runtime's own does.
+/// The event, its records and their `kinesis` must be JSON objects, as Lambda writes them:
+/// `aws_lambda_events` would also take an array's items as the fields in order.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+///
+/// use kinesis_checkpoint::event::LambdaKinesisEvent;
+///
+/// let json = r#"{"Records":[{"eventID":"shardId-000000000000:1","kinesis":{
+///     "sequenceNumber":"1","partitionKey":"k","data":"",
+///     "approximateArrivalTimestamp":1700000000.123456}}]}"#;
+/// let LambdaKinesisEvent(event) = serde_json::from_str(json)?;
+/// let arrival = SystemTime::from(event.records[0].kinesis.approximate_arrival_timestamp.0);
+/// assert_eq!(arrival, UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LambdaKinesisEvent(pub KinesisEvent);
+
+impl<'de> Deserialize<'de> for LambdaKinesisEvent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut json = Value::deserialize(deserializer)?;
+        let arrivals = match take_arrivals(&mut json) {
+            Ok(arrivals) => arrivals,
+            Err(Misshapen { record, error }) => {
+                // An error in an earlier record comes first, as in the runtime's own reading.
+                let earlier = match json.get_mut("Records").and_then(Value::as_array_mut) {
+                    Some(records) => {
+                        records.truncate(record);
+                        serde_path_to_error::deserialize::<_, KinesisEvent>(json).err()
+                    }
+                    None => None,
+                };
+                return Err(D::Error::custom(
+                    earlier.map_or(error, |earlier| earlier.to_string()),
+                ));
+            }
+        };
+        let mut event: KinesisEvent =
+            serde_path_to_error::deserialize(json).map_err(D::Error::custom)?;
+        for (record, arrival) in event.records.iter_mut().zip(arrivals) {
+            if let Some(arrival) = arrival {
+                record.kinesis.approximate_arrival_timestamp.0 = arrival.into();
+            }
+        }
+        Ok(Self(event))
+    }
+}
+
+/// A part of the event that is not the JSON object Lambda writes there.
+struct Misshapen {
+    /// The index of the record it is in (0 for the event itself).
+    record: usize,
+    error: String,
+}
+
+/// Reads each record's arrival time out of `json` and leaves its whole seconds in its place,
+/// which `aws_lambda_events` reads safely. Lambda writes the event, its records and their
+/// `kinesis` as objects; any other shape is refused here, since `aws_lambda_events` would read
+/// an array's items as the fields in order, an unread timestamp among them.
+fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen> {
+    let misshapen = |record, error: String| Misshapen { record, error };
+    let Some(event) = json.as_object_mut() else {
+        return Err(misshapen(0, "the event is not a JSON object".to_owned()));
+    };
+    let Some(records) = event.get_mut("Records").and_then(Value::as_array_mut) else {
+        return Ok(Vec::new());
+    };
+    let mut arrivals = Vec::with_capacity(records.len());
+    for (index, record) in records.iter_mut().enumerate() {
+        let Some(record) = record.as_object_mut() else {
+            let error = format!("Records[{index}]: a record is not a JSON object");
+            return Err(misshapen(index, error));
+        };
+        let mut kinesis = match record.get_mut("kinesis") {
+            None => None,
+            Some(Value::Object(kinesis)) => Some(kinesis),
+            Some(_) => {
+                let error = format!("Records[{index}].kinesis: not a JSON object");
+                return Err(misshapen(index, error));
+            }
+        };
+        // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its `String`
+        // but reads a missing one as ""): see `Record::partition_key`.
+        if let Some(kinesis) = kinesis.as_mut()
+            && kinesis.get("partitionKey").is_some_and(Value::is_null)
+        {
+            kinesis.remove("partitionKey");
+        }
+        let timestamp = kinesis.and_then(|kinesis| kinesis.get_mut("approximateArrivalTimestamp"));
+        arrivals.push(timestamp.and_then(|timestamp| {
+            let micros = arrival_micros(timestamp)?;
+            *timestamp = Value::from(micros / 1_000_000);
+            Some(UNIX_EPOCH + Duration::from_micros(micros))
+        }));
+    }
+    Ok(arrivals)
+}
+
+/// Microseconds since the epoch of a timestamp in float seconds (a number, or a string holding
+/// one); `None` for anything else, negative, or past 2^53 microseconds (year 2255), which is
+/// left to `aws_lambda_events` to refuse.
+fn arrival_micros(timestamp: &Value) -> Option<u64> {
+    /// Below this, `seconds * 1e6` is an integer an `f64` holds exactly.
+    const LIMIT: f64 = 9_007_199_254.0;
+    let seconds = match timestamp {
+        Value::Number(number) => number.as_f64()?,
+        Value::String(text) => text.trim().parse().ok()?,
+        _ => return None,
+    };
+    if !(0.0..LIMIT).contains(&seconds) {
+        return None;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "finite, non-negative and below 2^53: the conversion is exact"
+    )]
+    Some((seconds * 1e6).round() as u64)
+}
+
+/// One record of the event after parsing: a record to process, or what is known of one that
+/// cannot be.
+pub(crate) type Parsed = Result<Record, MalformedRecord>;
+
+/// Reads every record of `event`, in order, taking the payloads out of it without copying them.
+///
+/// The rest of the event (a dozen strings per record) is left in place for the caller to drop
+/// at the end of the batch. Freed here, those small blocks would fill glibc's fast bins, and
+/// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
+pub(crate) fn parse_event(event: &mut KinesisEvent) -> Vec<Parsed> {
+    let mut keys = KeyCache::default();
+    event
+        .records
+        .iter_mut()
+        .enumerate()
+        .map(|(index, record)| parse_record(index, record, &mut keys))
+        .collect()
+}
+
+/// Every record of a batch names the same stream and shard: read the stream's name out of its
+/// ARN and build their key once, not for every record.
+#[derive(Default)]
+struct KeyCache {
+    last: Option<LeaseKey>,
+    /// The last `eventSourceARN` read, and where the stream's name lies in it.
+    arn: Option<(String, Option<Range<usize>>)>,
+}
+
+impl KeyCache {
+    fn key(&mut self, stream: &str, shard: &str) -> LeaseKey {
+        match &self.last {
+            Some(key) if key.stream() == stream && key.shard() == shard => key.clone(),
+            _ => self.last.insert(LeaseKey::new(stream, shard)).clone(),
+        }
+    }
+
+    /// [`stream_name`] of `arn`, read again only when the ARN differs from the last one.
+    fn stream_name<'a>(&mut self, arn: &'a str) -> Option<&'a str> {
+        let name = match &self.arn {
+            Some((last, name)) if last == arn => name.clone(),
+            _ => {
+                let name = stream_name(arn).map(|name| {
+                    let start = name.as_ptr().addr() - arn.as_ptr().addr();
+                    start..start + name.len()
+                });
+                self.arn.insert((arn.to_owned(), name)).1.clone()
+            }
+        };
+        name.map(|range| &arn[range])
+    }
+}
+
+fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCache) -> Parsed {
+    let stream = record
+        .event_source_arn
+        .as_deref()
+        .and_then(|arn| keys.stream_name(arn));
+    let shard = record.event_id.as_deref().and_then(shard_id);
+    let kinesis = &mut record.kinesis;
+    let malformed = |reason| MalformedRecord {
+        index,
+        stream: stream.map(str::to_owned),
+        shard: shard.map(str::to_owned),
+        sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
+        reason,
+    };
+    let sequence = match kinesis.sequence_number.parse::<SequenceNumber>() {
+        Ok(sequence) => sequence,
+        Err(err) => return Err(malformed(MalformedReason::Sequence(err))),
+    };
+    let Some(stream) = stream else {
+        return Err(malformed(MalformedReason::SourceArn(
+            record.event_source_arn.clone(),
+        )));
+    };
+    let Some(shard) = shard else {
+        return Err(malformed(MalformedReason::EventId(record.event_id.clone())));
+    };
+    Ok(Record::arrived(
+        keys.key(stream, shard),
+        sequence,
+        Arc::from(kinesis.partition_key.as_str()),
+        Bytes::from(std::mem::take(&mut kinesis.data.0)),
+        SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
+    const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
+
+    fn event(records: &serde_json::Value) -> KinesisEvent {
+        serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
+    }
+
+    fn lambda_record(event_id: &str, arn: &str, sequence: &str) -> serde_json::Value {
+        serde_json::json!({
+            "eventID": event_id,
+            "eventSourceARN": arn,
+            "eventSource": "aws:kinesis",
+            "eventName": "aws:kinesis:record",
+            "kinesis": {
+                "kinesisSchemaVersion": "1.0",
+                "partitionKey": "order-1",
+                "sequenceNumber": sequence,
+                "data": "eyJvcmRlcl9pZCI6IjEifQ==",
+                "approximateArrivalTimestamp": 1_700_000_000.25
+            }
+        })
+    }
+
+    #[test]
+    fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
+        let parsed = parse_event(&mut event(&serde_json::json!([lambda_record(
+            &format!("shardId-000000000004:{SEQ}"),
+            ARN,
+            SEQ
+        )])));
+        let record = parsed.into_iter().next().unwrap().expect("well formed");
+        assert_eq!(record.stream(), "orders");
+        assert_eq!(record.shard(), "shardId-000000000004");
+        assert_eq!(record.sequence().as_str(), SEQ);
+        assert_eq!(record.partition_key(), "order-1");
+        assert_eq!(record.data(), br#"{"order_id":"1"}"#);
+        let seconds = record
+            .arrival()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(seconds, 1_700_000_000);
+    }
+
+    #[test]
+    fn records_of_one_shard_share_one_key() {
+        let id = format!("shardId-000000000004:{SEQ}");
+        let parsed = parse_event(&mut event(&serde_json::json!([
+            lambda_record(&id, ARN, SEQ),
+            lambda_record(
+                &id,
+                ARN,
+                "49590338271490256608559692538361571095921575989136588899"
+            ),
+        ])));
+        let keys: Vec<_> = parsed.iter().map(|r| r.as_ref().unwrap().key()).collect();
+        assert!(std::ptr::eq(keys[0].stream(), keys[1].stream()));
+    }
+
+    #[test]
+    fn each_record_is_read_with_its_own_stream_when_the_arn_changes() {
+        let id = format!("shardId-000000000004:{SEQ}");
+        let other = "arn:aws:kinesis:us-east-1:123456789012:stream/refunds";
+        let parsed = parse_event(&mut event(&serde_json::json!([
+            lambda_record(&id, ARN, SEQ),
+            lambda_record(&id, other, SEQ),
+            lambda_record(&id, "arn:aws:sqs:x:y:z", SEQ),
+            lambda_record(&id, ARN, SEQ),
+        ])));
+        let streams: Vec<_> = parsed
+            .iter()
+            .map(|r| r.as_ref().map(Record::stream).ok())
+            .collect();
+        assert_eq!(
+            streams,
+            [Some("orders"), Some("refunds"), None, Some("orders")]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
+        let parsed = parse_event(&mut event(&serde_json::json!([
+            lambda_record("no-colon-here", ARN, SEQ),
+            lambda_record(
+                &format!("shardId-000000000001:{SEQ}"),
+                "arn:aws:sqs:x:y:z",
+                SEQ
+            ),
+            lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, "00"),
+            lambda_record(&format!("shardId-000000000001:{SEQ}"), ARN, ""),
+        ])));
+        let errors: Vec<MalformedRecord> = parsed
+            .into_iter()
+            .map(|r| r.expect_err("malformed"))
+            .collect();
+        assert!(matches!(errors[0].reason, MalformedReason::EventId(_)));
+        assert_eq!(errors[0].stream.as_deref(), Some("orders"));
+        assert_eq!(errors[0].reportable_sequence().unwrap().as_str(), SEQ);
+        assert!(matches!(errors[1].reason, MalformedReason::SourceArn(_)));
+        assert_eq!(errors[1].shard.as_deref(), Some("shardId-000000000001"));
+        assert!(matches!(
+            errors[2].reason,
+            MalformedReason::Sequence(SequenceError::LeadingZero(_))
+        ));
+        assert_eq!(errors[2].reportable_sequence(), None);
+        assert_eq!(errors[3].sequence, None);
+        let message = errors[0].to_string();
+        assert!(message.contains("stream orders"), "{message}");
+        assert!(message.contains(SEQ), "{message}");
+        assert!(message.contains("eventID"), "{message}");
+        let message = errors[3].to_string();
+        assert!(message.contains("shard shardId-000000000001"), "{message}");
+        assert!(message.contains("sequence number unknown"), "{message}");
+    }
+
+    #[test]
+    fn stream_names_come_from_stream_and_consumer_arns_only() {
+        assert_eq!(stream_name(ARN), Some("orders"));
+        assert_eq!(
+            stream_name("arn:aws-cn:kinesis:cn-north-1:1:stream/a-b_c.d/consumer/x:17"),
+            Some("a-b_c.d")
+        );
+        assert_eq!(stream_name("arn:aws:kinesis:us-east-1:1:stream/"), None);
+        assert_eq!(
+            stream_name("arn:aws:kinesis:us-east-1:1:table/orders"),
+            None
+        );
+        assert_eq!(stream_name("orders"), None);
+        assert_eq!(shard_id(":123"), None);
+        assert_eq!(shard_id("shardId-1:"), None);
+    }
+}
