@@ -28,8 +28,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::gap::{CannotRead, RangeRead, ReadBudget, SkippedRange};
-use crate::lease::{BoxFuture, LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
+use crate::sequence::SHARD_END;
+use crate::store::memory::now_millis;
+use crate::store::{BoxFuture, CheckpointStore, LeaseError, LeaseState};
 use crate::parent_scan::ParentScan;
 use crate::record::Record;
 
@@ -340,7 +342,7 @@ impl Gate {
     /// Whether the shard of `key`, whose row is `state`, may run now.
     pub(crate) async fn check(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         key: &LeaseKey,
         state: &LeaseState,
     ) -> Verdict {
@@ -388,7 +390,7 @@ impl Gate {
     /// checkpoint; the gate then marks it `SHARD_END`.
     pub(crate) async fn check_partition_keys(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         key: &LeaseKey,
     ) -> Option<Held> {
         let parents = match self.shard(key.stream(), key.shard(), false).await {
@@ -413,7 +415,7 @@ impl Gate {
 
     async fn parent_keys_finished(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
     ) -> Result<Option<Held>, LeaseError> {
         let (row, info) = match self.closed_parent(store, parent).await? {
@@ -453,7 +455,7 @@ impl Gate {
     /// when every key known so far is done: `None` once every key of the whole parent is.
     async fn scan_parent(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
         shard_checkpoint: Option<&crate::sequence::Position>,
         scan: &mut ParentScan,
@@ -531,7 +533,7 @@ impl Gate {
     /// `by_keys`: in the partition-key mode, where a shard has no row of its own.
     async fn ancestors_finished(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         of: &LeaseKey,
         parents: &[String],
         by_keys: bool,
@@ -556,7 +558,7 @@ impl Gate {
     /// for the mode's own check.
     async fn closed_parent(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
     ) -> Result<Result<(LeaseState, ShardInfo), Option<Held>>, LeaseError> {
         if self.is_finished(parent) {
@@ -586,7 +588,7 @@ impl Gate {
     /// `None` when the parent is finished; why the child waits otherwise.
     async fn parent_finished(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
     ) -> Result<Option<Held>, LeaseError> {
         let (row, info) = match self.closed_parent(store, parent).await? {
@@ -648,7 +650,7 @@ impl Gate {
     /// its expiry for `DynamoDB` TTL.
     async fn finish(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
         expected: Option<&str>,
     ) -> Result<(), LeaseError> {
@@ -739,7 +741,8 @@ mod kinesis {
 
     use super::{ShardInfo, Topology, TopologyError};
     use crate::gap::{RangeRead, ReadBudget, SkippedRange};
-    use crate::lease::{BoxFuture, LeaseKey};
+    use crate::key::LeaseKey;
+    use crate::store::BoxFuture;
     use crate::record::Record;
 
     /// The most `GetRecords` pages read to prove a closed shard exhausted; past it the shard
@@ -1009,7 +1012,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::memory::MemoryLeaseStore;
+    use crate::store::MemoryLeaseStore;
 
     /// A stream split once: shard 0 (closed, exhausted) and its child 1. Counts the calls.
     #[derive(Default)]

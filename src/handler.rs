@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 use crate::record::Record;
 
 /// The error a handler reports with a failed record.
@@ -218,7 +218,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::LeaseKey;
+    use crate::key::LeaseKey;
 
     fn record(data: &'static str) -> Record {
         Record::new(

@@ -39,7 +39,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use crate::handler::Handler;
-use crate::lease::{FailingChange, FailingRecord};
+use crate::store::{FailingChange, FailingRecord};
 use crate::processor::{
     Dispatched, Disposition, Entry, Failing, Invocation, LeaseWatch, Processor, StopReason,
 };

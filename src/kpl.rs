@@ -458,7 +458,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lease::LeaseKey;
+    use crate::key::LeaseKey;
 
     const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
 

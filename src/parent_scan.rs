@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::gap::{CannotRead, ReadBudget, ReadFrom, SkippedRange};
 use crate::gate::{Topology, TopologyError};
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber};
 
 /// The most records of a closed parent one check reads: one held batch never reads more.

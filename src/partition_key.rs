@@ -55,8 +55,9 @@ use std::time::Duration;
 
 use crate::handler::Handler;
 use crate::keyed::{self, Limits, State};
-use crate::lease::{Below, FailingChange, KeyCommit, LeaseKey, LeaseState};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
+use crate::store::memory::now_millis;
+use crate::store::{Below, FailingChange, KeyCommit, LeaseState};
 use crate::processor::{
     Disposition, Entry, Invocation, LeaseWatch, Processor, RecordReport, ShardBatch, ShardReport,
     StopReason,

@@ -33,15 +33,16 @@ use crate::gap::GapReport;
 use crate::gate::{Gate, Held};
 use crate::handler::{Handler, Outcome};
 pub use crate::keyed::DEFAULT_MAX_DONE_ABOVE;
-use crate::lease::{
-    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, LeaseKey, LeaseState,
-    LeaseStore, ReportedChange,
-};
-use crate::memory::{millis, now_millis};
+use crate::key::LeaseKey;
 use crate::metrics::{Meter, Metrics};
 use crate::partition_key::{DEFAULT_KEY_TTL, Mode};
 use crate::record::{LambdaKinesisEvent, MalformedRecord, Parsed, Record, parse_event};
 use crate::sequence::{Position, SequenceNumber, cmp_record};
+use crate::store::memory::{millis, now_millis};
+use crate::store::{
+    Below, BoxFuture, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, LeaseState,
+    ReportedChange,
+};
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
 /// invocation that dies holds its shard for seconds; renewed while a long batch runs.
@@ -85,7 +86,7 @@ pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
 /// }
 /// ```
 pub struct Processor<H> {
-    store: Arc<dyn LeaseStore>,
+    store: Arc<dyn CheckpointStore>,
     handler: Arc<H>,
     dead_letters: Option<Arc<dyn DeadLetterSink>>,
     gate: Option<Arc<Gate>>,
@@ -382,7 +383,7 @@ impl<H: Handler> Processor<H> {
     ///     Outcome::ack()
     /// });
     /// ```
-    pub fn new(store: Arc<dyn LeaseStore>, handler: H) -> Self {
+    pub fn new(store: Arc<dyn CheckpointStore>, handler: H) -> Self {
         Self {
             store,
             handler: Arc::new(handler),
@@ -617,7 +618,7 @@ impl<H: Handler> Processor<H> {
         self
     }
 
-    pub(crate) fn store(&self) -> &dyn LeaseStore {
+    pub(crate) fn store(&self) -> &dyn CheckpointStore {
         self.store.as_ref()
     }
 

@@ -16,7 +16,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceError, SequenceNumber};
 
 /// One Kinesis record, as the handler receives it.

@@ -22,7 +22,7 @@ use std::error::Error as StdError;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 use crate::record::Record;
 
 /// Why a record was dead-lettered.

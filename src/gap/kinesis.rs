@@ -6,7 +6,7 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 
 use super::{RangeRead, ReadBudget, ReadFrom, SkippedRange};
 use crate::gate::TopologyError;
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 
 fn failed(what: &str, key: &LeaseKey, error: &impl std::error::Error) -> TopologyError {

@@ -38,7 +38,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::lease::{LeaseState, ReportedChange};
+use crate::store::{LeaseState, ReportedChange};
 use crate::processor::RecordReport;
 use crate::record::Record;
 use crate::sequence::{Position, SequenceNumber};

@@ -8,7 +8,8 @@ use std::time::SystemTime;
 use super::{CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget};
 use super::{SkippedRange, detect};
 use crate::handler::Handler;
-use crate::lease::{LeaseKey, LeaseState};
+use crate::key::LeaseKey;
+use crate::store::LeaseState;
 use crate::processor::{
     Dispatched, Disposition, Entry, Invocation, Processor, RecordReport, ShardReport, StopReason,
 };

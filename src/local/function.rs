@@ -10,7 +10,7 @@ use lambda_runtime::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::handler::Handler;
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 use crate::processor::Processor;
 
 /// Why an invocation did not answer with a response: to the event source, all mean that the

@@ -12,7 +12,8 @@ use md5::{Digest, Md5};
 
 use crate::gap::{RangeRead, ReadBudget, SkippedRange};
 use crate::gate::{ShardInfo, Topology, TopologyError};
-use crate::lease::{BoxFuture, LeaseKey};
+use crate::key::LeaseKey;
+use crate::store::BoxFuture;
 use crate::record::Record;
 
 /// One record of a stream, as the event source reads it.
