@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use crate::gap::{CannotRead, RangeRead, ReadBudget, SkippedRange};
 use crate::key::LeaseKey;
+use crate::parent_scan::ParentScan;
+use crate::record::Record;
 use crate::sequence::SHARD_END;
 use crate::store::memory::now_millis;
 use crate::store::{BoxFuture, CheckpointStore, LeaseError, LeaseState};
-use crate::parent_scan::ParentScan;
-use crate::record::Record;
 
 /// What the gate knows of one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -742,8 +742,8 @@ mod kinesis {
     use super::{ShardInfo, Topology, TopologyError};
     use crate::gap::{RangeRead, ReadBudget, SkippedRange};
     use crate::key::LeaseKey;
-    use crate::store::BoxFuture;
     use crate::record::Record;
+    use crate::store::BoxFuture;
 
     /// The most `GetRecords` pages read to prove a closed shard exhausted; past it the shard
     /// counts as not exhausted and the child waits for the next batch.

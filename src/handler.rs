@@ -13,8 +13,8 @@ use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 
-use crate::store::BoxFuture;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// The error a handler reports with a failed record.
 pub type HandlerError = Box<dyn StdError + Send + Sync>;

@@ -39,11 +39,11 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use crate::handler::Handler;
-use crate::store::{FailingChange, FailingRecord};
 use crate::processor::{
     Dispatched, Disposition, Entry, Failing, Invocation, LeaseWatch, Processor, StopReason,
 };
 use crate::sequence::Position;
+use crate::store::{FailingChange, FailingRecord};
 
 /// How many records done above the checkpoint a row remembers at most, by default: about
 /// 60 KB of a `DynamoDB` item's 400 KB, with 56-digit sequence numbers.

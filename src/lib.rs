@@ -66,8 +66,8 @@ pub mod dead_letter;
 pub mod gap;
 pub mod gate;
 pub mod handler;
-pub mod keyed;
 pub mod key;
+pub mod keyed;
 pub mod kpl;
 #[cfg(feature = "local")]
 pub mod local;
@@ -85,8 +85,8 @@ pub use dead_letter::{
 #[cfg(feature = "sqs")]
 pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
-pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use key::LeaseKey;
+pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use partition_key::Mode;
 pub use processor::{
     BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
@@ -97,7 +97,7 @@ pub use sequence::{Position, SHARD_END, SequenceError, SequenceNumber};
 pub use store::dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use store::{
     Below, BoxFuture, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit,
-    LeaseError, LeaseState, LeaseStore, Layered, MemoryLeaseStore, ReportedChange, SeedStore,
+    Layered, LeaseError, LeaseState, LeaseStore, MemoryLeaseStore, ReportedChange, SeedStore,
 };
 
 /// The names a Lambda function needs, in one `use`.
@@ -113,8 +113,8 @@ pub mod prelude {
     #[cfg(feature = "sqs")]
     pub use crate::SqsDeadLetters;
     pub use crate::{
-        CheckpointStore, Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, SeedStore,
-        json,
+        CheckpointStore, Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record,
+        SeedStore, json,
     };
 }
 

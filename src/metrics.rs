@@ -380,7 +380,9 @@ impl Meter {
 mod tests {
     use super::*;
     use crate::gate::Held;
+    use crate::key::LeaseKey;
     use crate::processor::{RecordReport, ShardReport};
+    use crate::sequence::Position;
     use crate::sequence::SequenceNumber;
 
     fn seq(n: u64) -> SequenceNumber {

@@ -54,15 +54,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::handler::Handler;
-use crate::keyed::{self, Limits, State};
 use crate::key::LeaseKey;
-use crate::store::memory::now_millis;
-use crate::store::{Below, FailingChange, KeyCommit, LeaseState};
+use crate::keyed::{self, Limits, State};
 use crate::processor::{
     Disposition, Entry, Invocation, LeaseWatch, Processor, RecordReport, ShardBatch, ShardReport,
     StopReason,
 };
 use crate::sequence::{Position, SequenceNumber};
+use crate::store::memory::now_millis;
+use crate::store::{Below, FailingChange, KeyCommit, LeaseState};
 
 /// How a processor keeps its checkpoints: which fits the event source mapping's
 /// `ParallelizationFactor`.

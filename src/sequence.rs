@@ -14,7 +14,6 @@ use std::sync::Arc;
 /// The checkpoint value marking a shard fully consumed; its children may start.
 pub const SHARD_END: &str = "SHARD_END";
 
-
 /// The longest sequence number Kinesis issues, in digits.
 pub const MAX_DIGITS: usize = 129;
 

@@ -38,10 +38,10 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::store::{LeaseState, ReportedChange};
 use crate::processor::RecordReport;
 use crate::record::Record;
 use crate::sequence::{Position, SequenceNumber};
+use crate::store::{LeaseState, ReportedChange};
 
 /// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
 /// and run in parts, one per invocation, each continuing after the checkpoint the last one left.

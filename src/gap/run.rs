@@ -9,11 +9,11 @@ use super::{CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead,
 use super::{SkippedRange, detect};
 use crate::handler::Handler;
 use crate::key::LeaseKey;
-use crate::store::LeaseState;
 use crate::processor::{
     Dispatched, Disposition, Entry, Invocation, Processor, RecordReport, ShardReport, StopReason,
 };
 use crate::sequence::Position;
+use crate::store::LeaseState;
 
 /// The batch's entries with the recovered ones first.
 pub(crate) struct Recovery {

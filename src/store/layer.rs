@@ -590,7 +590,9 @@ impl<S: LeaseStore + ?Sized, L: Layer> LeaseStore for Layered<S, L> {
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.route(Args::Read { key }, move |_| LeaseStore::read(&*self.inner, key))
+        self.route(Args::Read { key }, move |_| {
+            LeaseStore::read(&*self.inner, key)
+        })
     }
 
     fn release<'a>(

@@ -211,7 +211,6 @@ fn truncated(error: &str) -> String {
     }
 }
 
-
 /// Durable coordination for shard leases and checkpoints.
 ///
 /// The contract is the seed crate's, after the vendor's consumer library: `acquire` takes a

@@ -154,16 +154,7 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            Ok(self.with_row(key, |row| {
-                let ours = Self::owned_by(row, owner);
-                if ours {
-                    row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
-                    row.lease_counter += 1;
-                }
-                ours
-            }))
-        })
+        Box::pin(Self::renew(self, key, owner, ttl))
     }
 
     fn checkpoint<'a>(
@@ -187,7 +178,7 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        Box::pin(async move { Ok(self.lock().get(key).cloned().unwrap_or_default()) })
+        Box::pin(Self::read(self, key))
     }
 
     fn release<'a>(
@@ -331,11 +322,11 @@ impl CheckpointStore for MemoryLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        LeaseStore::renew(self, key, owner, ttl)
+        Box::pin(Self::renew(self, key, owner, ttl))
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        LeaseStore::read(self, key)
+        Box::pin(Self::read(self, key))
     }
 
     fn read_rows<'a>(
@@ -358,6 +349,63 @@ impl CheckpointStore for MemoryLeaseStore {
 }
 
 impl MemoryLeaseStore {
+    /// Reads `key`'s row, whoever owns it; an absent row is the default state. The same read
+    /// as both traits' `read`, callable without naming one.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let row = store.read(&LeaseKey::new("orders", "shardId-000000000000")).await?;
+    /// assert_eq!(row.checkpoint, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is the stores' own.
+    pub async fn read(&self, key: &LeaseKey) -> Result<LeaseState, LeaseError> {
+        Ok(self.lock().get(key).cloned().unwrap_or_default())
+    }
+
+    /// Heartbeats `owner`'s lease for another `ttl`; `false` when it is no longer held. The
+    /// same renew as both traits' `renew`, callable without naming one.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// assert!(!store.renew(&key, "a", Duration::from_secs(30)).await?, "never taken");
+    /// assert!(store.acquire(&key, "a", Duration::from_secs(30)).await?);
+    /// assert!(store.renew(&key, "a", Duration::from_secs(30)).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is the stores' own.
+    pub async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, LeaseError> {
+        Ok(self.with_row(key, |row| {
+            let ours = Self::owned_by(row, owner);
+            if ours {
+                row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
+                row.lease_counter += 1;
+            }
+            ours
+        }))
+    }
+
     /// Writes `position` as the checkpoint under `owner`'s lease, keeping the lease: a
     /// position inside an aggregate beside the checkpoint, in the row's form (a row of the
     /// 0.1.0 form at this very aggregate keeps its form). Returns `false` when fenced. The
@@ -381,7 +429,7 @@ impl MemoryLeaseStore {
     ///
     /// # Errors
     ///
-    /// None: the signature is the stores' own.
+    /// Never: the signature is the stores' own.
     pub async fn checkpoint_position(
         &self,
         key: &LeaseKey,
@@ -405,6 +453,14 @@ mod tests {
     use crate::sequence::SHARD_END;
 
     const TTL: Duration = Duration::from_mins(1);
+
+    /// The last write that moves the checkpoint to `position` and changes nothing else.
+    fn checkpoint_at(position: Option<&Position>) -> Commit {
+        Commit {
+            checkpoint: position.cloned(),
+            ..Commit::default()
+        }
+    }
 
     fn orders(shard: &str) -> LeaseKey {
         LeaseKey::new("orders", shard)
@@ -479,7 +535,7 @@ mod tests {
         assert!(store.renew(&shard, "a", TTL).await.unwrap());
         assert!(
             store
-                .checkpoint_and_release(&shard, "a", Some(&position))
+                .commit(&shard, "a", &checkpoint_at(Some(&position)))
                 .await
                 .unwrap()
         );
@@ -503,7 +559,7 @@ mod tests {
         let position = Position::record("100".parse().unwrap());
         assert!(
             !store
-                .checkpoint_and_release(&shard, "a", Some(&position))
+                .commit(&shard, "a", &checkpoint_at(Some(&position)))
                 .await
                 .unwrap()
         );

@@ -32,7 +32,12 @@ impl Counters {
 
     /// The final writes' latencies, taken out.
     pub(crate) fn take_latencies(&self) -> Vec<Duration> {
-        std::mem::take(&mut *self.latencies.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 }
 
@@ -47,6 +52,7 @@ pub(crate) async fn scope<F: Future>(counters: Arc<Counters>, work: F) -> F::Out
 }
 
 /// Counts one lease-table request for the invocation being polled, if it is metered.
+#[cfg(feature = "dynamodb")]
 pub(crate) fn count_request() {
     let _ = INVOCATION.try_with(|counters| counters.requests.fetch_add(1, Ordering::Relaxed));
 }

@@ -44,12 +44,11 @@ pub(crate) mod metered;
 mod row;
 mod seed;
 
-pub use checkpoints::{
-    CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
-};
+pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
 pub use layer::{Call, Layer, Layered, Next, Operation};
 pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};
 pub use memory::MemoryLeaseStore;
-pub(crate) use row::RowForm;
 pub use row::Below;
+#[cfg(feature = "dynamodb")]
+pub(crate) use row::RowForm;
 pub use seed::SeedStore;

@@ -125,7 +125,11 @@ impl<S: LeaseStore + ?Sized> SeedStore<S> {
         position: &Position,
     ) -> Result<bool, LeaseError> {
         match position.sub_sequence() {
-            None => self.store.checkpoint(key, owner, position.checkpoint()).await,
+            None => {
+                self.store
+                    .checkpoint(key, owner, position.checkpoint())
+                    .await
+            }
             Some(_) => self.store.renew(key, owner, Duration::ZERO).await,
         }
     }
@@ -245,7 +249,9 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
                 }
                 let mut ok = true;
                 if let Some(prior) = Self::whole_below(commit.checkpoint.as_ref(), &commit.below) {
-                    ok = self.checkpoint_position(&commit.row, WRITER, &prior).await?;
+                    ok = self
+                        .checkpoint_position(&commit.row, WRITER, &prior)
+                        .await?;
                 }
                 if let Some(position) = &commit.checkpoint
                     && ok

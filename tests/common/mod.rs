@@ -132,3 +132,13 @@ pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventRespon
         })
         .collect()
 }
+
+/// The last write of an invocation that moves the checkpoint to `position` (if any), releases
+/// the lease, and changes nothing else in the row.
+pub fn checkpoint_at(
+    position: Option<&kinesis_checkpoint::Position>,
+) -> kinesis_checkpoint::Commit {
+    let mut commit = kinesis_checkpoint::Commit::default();
+    commit.checkpoint = position.cloned();
+    commit
+}

@@ -11,9 +11,9 @@ use super::{
     EXPIRES_AT, EXPIRY, FAILING, KEY, OWNER, is_condition_failure, set_position, state_of,
 };
 use crate::key::LeaseKey;
+use crate::sequence::Position;
 use crate::store::memory::now_millis;
 use crate::store::{Below, LeaseError, LeaseState};
-use crate::sequence::Position;
 
 /// One row of the lease table, as an operator sees it.
 ///

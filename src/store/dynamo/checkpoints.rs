@@ -15,7 +15,7 @@ use crate::key::LeaseKey;
 use crate::sequence::Position;
 use crate::store::{
     Below, BoxFuture, CheckpointStore, Claim, Commit, KeyCommit, LeaseError, LeaseState,
-    LeaseStore, ReportedChange,
+    ReportedChange,
 };
 
 impl CheckpointStore for DynamoLeaseStore {
@@ -73,7 +73,7 @@ impl CheckpointStore for DynamoLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        LeaseStore::renew(self, key, owner, ttl)
+        Box::pin(Self::renew(self, key, owner, ttl))
     }
 
     fn commit<'a>(
@@ -182,7 +182,7 @@ impl CheckpointStore for DynamoLeaseStore {
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        LeaseStore::read(self, key)
+        Box::pin(Self::read(self, key))
     }
 
     fn read_rows<'a>(

@@ -81,4 +81,3 @@ pub(super) fn failing_of(value: &AttributeValue) -> Option<FailingRecord> {
     failing.last_failure = number("last_failure").unwrap_or_default();
     Some(failing)
 }
-

@@ -136,15 +136,12 @@ pub(super) fn failing_item(failing: &FailingRecord) -> AttributeValue {
     AttributeValue::M(map)
 }
 
-
 pub(super) fn is_condition_failure<R>(error: &SdkError<UpdateItemError, R>) -> bool {
     error
         .as_service_error()
         .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
 }
 
-
 pub(super) fn expiry_after(ttl: Duration) -> AttributeValue {
     AttributeValue::N(now_millis().saturating_add(millis(ttl)).to_string())
 }
-

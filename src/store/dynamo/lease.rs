@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::expressions::{Clauses, expiry_after, set_position};
 use super::conversion::state_of;
+use super::expressions::{Clauses, expiry_after, set_position};
 use super::{DynamoLeaseStore, OURS};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -32,15 +32,7 @@ impl LeaseStore for DynamoLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            let request = self
-                .update(&key.to_string())
-                .update_expression("SET lease_expiry = :expiry ADD lease_counter :one")
-                .condition_expression(OURS)
-                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-                .expression_attribute_values(":expiry", expiry_after(ttl));
-            self.conditional("UpdateItem (renew)", key, request).await
-        })
+        Box::pin(Self::renew(self, key, owner, ttl))
     }
 
     fn checkpoint<'a>(
@@ -65,10 +57,7 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        Box::pin(async move {
-            let own = state_of(self.item(&key.to_string()).await?.as_ref());
-            self.with_legacy(key, own).await
-        })
+        Box::pin(Self::read(self, key))
     }
 
     fn release<'a>(
@@ -91,6 +80,62 @@ impl LeaseStore for DynamoLeaseStore {
 }
 
 impl DynamoLeaseStore {
+    /// Reads `key`'s row, consistently, whoever owns it (a bare-shard-id row of an earlier
+    /// version by the rules of [`legacy_stream`](Self::legacy_stream)). The same read as both
+    /// traits' `read`, callable without naming one.
+    ///
+    /// ```no_run
+    /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey};
+    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let config = aws_config::load_from_env().await;
+    /// let store = DynamoLeaseStore::new(&config, "orders-leases");
+    /// let row = store.read(&LeaseKey::new("orders", "shardId-000000000000")).await?;
+    /// println!("{:?}", row.checkpoint);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The request failed, or the shard's only progress is in an [`UnattributedLegacyRow`](super::UnattributedLegacyRow).
+    pub async fn read(&self, key: &LeaseKey) -> Result<LeaseState, LeaseError> {
+        let own = state_of(self.item(&key.to_string()).await?.as_ref());
+        self.with_legacy(key, own).await
+    }
+
+    /// Heartbeats `owner`'s lease for another `ttl`; `false` when it is no longer held. The
+    /// same renew as both traits' `renew`, callable without naming one.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey};
+    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let config = aws_config::load_from_env().await;
+    /// let store = DynamoLeaseStore::new(&config, "orders-leases");
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// let still_ours = store.renew(&key, "me", Duration::from_secs(30)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The request failed for another reason than its condition.
+    pub async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, LeaseError> {
+        let request = self
+            .update(&key.to_string())
+            .update_expression("SET lease_expiry = :expiry ADD lease_counter :one")
+            .condition_expression(OURS)
+            .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":expiry", expiry_after(ttl));
+        self.conditional("UpdateItem (renew)", key, request).await
+    }
+
     /// Writes `position` as the checkpoint under `owner`'s lease, keeping the lease: a
     /// position inside an aggregate beside the checkpoint, in the row's form (a row of the
     /// 0.1.0 form at this very aggregate keeps its form). Returns `false` when fenced. The

@@ -329,4 +329,3 @@ impl DynamoLeaseStore {
         Ok(state_of(self.item(&key.to_string()).await?.as_ref()))
     }
 }
-

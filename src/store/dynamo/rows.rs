@@ -8,18 +8,17 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
 use super::conversion::state_of;
+use super::expressions::failing_item;
 use super::expressions::{Clauses, position_clauses};
 use super::{DynamoLeaseStore, FAILING, KEY};
 use crate::key::LeaseKey;
 use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, RowForm};
-use super::expressions::failing_item;
 
 /// The most items one `BatchGetItem` reads and one `TransactWriteItems` writes.
 const MANY: usize = 100;
 
 /// How often unprocessed keys of a `BatchGetItem` (throttling) are asked for again.
 const UNPROCESSED_ROUNDS: u32 = 5;
-
 
 impl DynamoLeaseStore {
     /// The transactional update of one partition key's row, on condition of its counter.
