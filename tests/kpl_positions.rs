@@ -203,17 +203,21 @@ async fn dynamo() -> (DynamoLeaseStore, aws_sdk_dynamodb::Client, String) {
 
 #[tokio::test]
 async fn in_memory_a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record() {
-    a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record(Arc::new(
-        MemoryLeaseStore::new(),
-    ))
+    Box::pin(
+        a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record(Arc::new(
+            MemoryLeaseStore::new(),
+        )),
+    )
     .await;
 }
 
 #[tokio::test]
 async fn in_dynamodb_a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record() {
     let (store, _, _) = dynamo().await;
-    a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record(Arc::new(store))
-        .await;
+    Box::pin(
+        a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record(Arc::new(store)),
+    )
+    .await;
 }
 
 /// The rows `finish` must refuse and the one it must accept; `write` puts a row in the store.

@@ -387,6 +387,7 @@ impl<'a, T> Next<'a, T> {
 
     /// Sends `call`, the one [`Layer::around`] was given (possibly with another lease ttl), to
     /// the inner store; the future is the store's.
+    #[must_use]
     pub fn run(self, call: Call<'a>) -> BoxFuture<'a, Result<T, LeaseError>> {
         (self.send)(call)
     }
