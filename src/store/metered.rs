@@ -46,9 +46,13 @@ tokio::task_local! {
     static INVOCATION: Arc<Counters>;
 }
 
-/// Runs `work`, one invocation, counting into `counters`.
-pub(crate) async fn scope<F: Future>(counters: Arc<Counters>, work: F) -> F::Output {
-    INVOCATION.scope(counters, work).await
+/// `work`, one invocation, counting into `counters` whichever task polls it. A plain
+/// function, not an `async` one: another state machine around `work` would hold it twice.
+pub(crate) fn scope<F: Future>(
+    counters: Arc<Counters>,
+    work: F,
+) -> impl Future<Output = F::Output> {
+    INVOCATION.scope(counters, work)
 }
 
 /// Counts one lease-table request for the invocation being polled, if it is metered.
