@@ -96,3 +96,21 @@ impl Layer for Timed {
 
 /// A store whose final writes are timed.
 pub(crate) type Metered = Layered<dyn CheckpointStore, Timed>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryLeaseStore;
+    use crate::store::layer::every_field;
+
+    #[tokio::test]
+    async fn the_timed_store_hands_every_field_on_and_times_each_final_write() {
+        let memory = Arc::new(MemoryLeaseStore::new());
+        let inner: Arc<dyn CheckpointStore> = memory.clone();
+        let store: Metered = Layered::new(inner, Timed);
+        let counters = Arc::new(Counters::default());
+        scope(counters.clone(), every_field::reach(&store, &memory)).await;
+        // Two commits and one `commit_rows` in `reach`.
+        assert_eq!(counters.take_latencies().len(), 3);
+    }
+}
