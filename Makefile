@@ -14,7 +14,8 @@
 #   make local-show the local lease rows, ledger rows and dead letters
 #   make local-down every process local-up started, stopped by its PID
 #   make validate   template.yaml transformed offline and linted
-#   make lint       rustfmt, clippy and rustdoc, all warnings as errors
+#   make lint       rustfmt, clippy and rustdoc, all warnings as errors; the module graph (no
+#                   import circle in src/, no file there over 600 lines)
 #   make publishable  what a user of the published crates gets: every minimum version is the
 #                   tested one, a new crate outside the workspace builds the README's function
 #                   (fresh resolution, default and all features), cargo publish --dry-run
@@ -114,6 +115,7 @@ local-show:
 	$(VENV)/bin/python scripts/local-stack show
 
 lint:
+	scripts/check-module-graph
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps

@@ -1,4 +1,5 @@
-//! [`LeaseKey`]: the name one shard's (or one partition key's) row lives under.
+//! [`LeaseKey`]: the name one shard's (or one partition key's) row lives under, and
+//! [`row_key`], the partition-key mode's rule for a key's row.
 //!
 //! A leaf: the record, the engine and every store name rows by it, so it depends on nothing
 //! else in the crate.
@@ -71,4 +72,19 @@ impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.stream, self.shard)
     }
+}
+
+/// The row of `partition_key` on the shard of `shard`: `stream:shard:partition-key`. A shard's
+/// own row has one colon, a key's row two or more, so the two never meet.
+///
+/// ```
+/// use kinesis_checkpoint::LeaseKey;
+/// use kinesis_checkpoint::partition_key::row_key;
+///
+/// let row = row_key(&LeaseKey::new("orders", "shardId-000000000000"), "customer-7");
+/// assert_eq!(row.to_string(), "orders:shardId-000000000000:customer-7");
+/// ```
+#[must_use]
+pub fn row_key(shard: &LeaseKey, partition_key: &str) -> LeaseKey {
+    LeaseKey::new(shard.stream(), format!("{}:{partition_key}", shard.shard()))
 }

@@ -35,7 +35,8 @@
 //! | [`gap`] | records the mapping discarded, found and run before the batch |
 //! | [`keyed`] | per-key concurrency within one invocation |
 //! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
-//! | [`processor`] | one invocation: claim, dedupe, dispatch, checkpoint, answer |
+//! | [`processor`] | the builder a function configures, and the Lambda service |
+//! | [`report`] | what an invocation did with each record: [`BatchReport`], [`ShardReport`], [`Disposition`], [`StopReason`] |
 //! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
 //! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
 //!
@@ -63,21 +64,22 @@
 #[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
 pub mod aws_error;
 pub mod dead_letter;
+mod engine;
 pub mod gap;
 pub mod gate;
 pub mod handler;
 pub mod key;
-pub mod keyed;
 pub mod kpl;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod metrics;
-mod parent_scan;
-pub mod partition_key;
 pub mod processor;
 pub mod record;
+pub mod report;
 pub mod sequence;
 pub mod store;
+
+pub use engine::{keyed, partition_key};
 
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterReason, DeadLetterSink, MemoryDeadLetters,
@@ -88,10 +90,9 @@ pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use key::LeaseKey;
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
 pub use partition_key::Mode;
-pub use processor::{
-    BatchReport, Disposition, ProcessError, Processor, RecordReport, ShardReport, StopReason,
-};
+pub use processor::{ProcessError, Processor};
 pub use record::{LambdaKinesisEvent, MalformedReason, MalformedRecord, PayloadError, Record};
+pub use report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
 pub use sequence::{Position, SHARD_END, SequenceError, SequenceNumber};
 #[cfg(feature = "dynamodb")]
 pub use store::dynamo::{DynamoLeaseStore, UnattributedLegacyRow};

@@ -20,10 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::processor::{BatchReport, Disposition, StopReason};
-use crate::store::CheckpointStore;
-use crate::store::Layered;
+use crate::report::{BatchReport, Disposition, GapOutcome, StopReason};
 use crate::store::metered::{self, Counters, Metered, Timed};
+use crate::store::{CheckpointStore, Layered};
 
 /// The `CloudWatch` namespace the metrics go to unless another is named.
 pub const DEFAULT_NAMESPACE: &str = "KinesisCheckpoint";
@@ -205,7 +204,7 @@ impl InvocationMetrics {
                         })
                         .count(),
                 );
-                if gap.outcome == crate::gap::GapOutcome::NoReader {
+                if gap.outcome == GapOutcome::NoReader {
                     metrics.gaps += 1;
                 }
             }
@@ -379,9 +378,8 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::Held;
     use crate::key::LeaseKey;
-    use crate::processor::{RecordReport, ShardReport};
+    use crate::report::{Held, RecordReport, ShardReport};
     use crate::sequence::Position;
     use crate::sequence::SequenceNumber;
 

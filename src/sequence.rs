@@ -306,6 +306,70 @@ impl fmt::Display for Position {
     }
 }
 
+// The range a gap names: a span of one shard's records in this order, shared by the gap's
+// reading (the gate's topology reads it), its report, and the local streams that serve it.
+
+/// Where the reading of a skipped range starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// After this record (`AFTER_SEQUENCE_NUMBER`): the checkpoint, a record done whole.
+    After(SequenceNumber),
+    /// At this record (`AT_SEQUENCE_NUMBER`): the reported record of a shard never
+    /// checkpointed, or the aggregate a checkpoint stops inside.
+    At(SequenceNumber),
+    /// From the oldest record (`TRIM_HORIZON`): the partition-key mode's gate reading a closed
+    /// parent from its start.
+    TrimHorizon,
+}
+
+/// A range of one shard's records the event source mapping skipped: from [`from`](Self::from)
+/// up to, not including, the record [`before`](Self::before) (the batch's first).
+///
+/// ```
+/// use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
+///
+/// let range = SkippedRange { from: ReadFrom::After("100".parse()?), before: "200".parse()? };
+/// assert_eq!(range.to_string(), "after 100 up to 200");
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRange {
+    /// Where reading starts.
+    pub from: ReadFrom,
+    /// The first record not in the range: the batch's first record.
+    pub before: SequenceNumber,
+}
+
+impl SkippedRange {
+    /// Whether `sequence` lies in the range (a record at or after the start, before the end).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
+    /// let range = SkippedRange { from: ReadFrom::At("100".parse()?), before: "200".parse()? };
+    /// assert!(range.contains(&"100".parse()?) && !range.contains(&"200".parse()?));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn contains(&self, sequence: &SequenceNumber) -> bool {
+        let started = match &self.from {
+            ReadFrom::After(after) => sequence > after,
+            ReadFrom::At(at) => sequence >= at,
+            ReadFrom::TrimHorizon => true,
+        };
+        started && *sequence < self.before
+    }
+}
+
+impl fmt::Display for SkippedRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.from {
+            ReadFrom::After(after) => write!(f, "after {after} up to {}", self.before),
+            ReadFrom::At(at) => write!(f, "from {at} up to {}", self.before),
+            ReadFrom::TrimHorizon => write!(f, "from the trim horizon up to {}", self.before),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,78 +35,17 @@
 //!
 //! The partition-key mode has no shard row to remember a report in, and is not covered.
 
-use std::fmt;
 use std::time::SystemTime;
 
-use crate::processor::RecordReport;
 use crate::record::Record;
-use crate::sequence::{Position, SequenceNumber};
+pub use crate::report::{GapOutcome, GapReport};
+use crate::sequence::Position;
+pub use crate::sequence::{ReadFrom, SkippedRange};
 use crate::store::{LeaseState, ReportedChange};
 
 /// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
 /// and run in parts, one per invocation, each continuing after the checkpoint the last one left.
 pub const MAX_RECOVERED_RECORDS: usize = 10_000;
-
-/// Where the reading of a skipped range starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadFrom {
-    /// After this record (`AFTER_SEQUENCE_NUMBER`): the checkpoint, a record done whole.
-    After(SequenceNumber),
-    /// At this record (`AT_SEQUENCE_NUMBER`): the reported record of a shard never
-    /// checkpointed, or the aggregate a checkpoint stops inside.
-    At(SequenceNumber),
-    /// From the oldest record (`TRIM_HORIZON`): the partition-key mode's gate reading a closed
-    /// parent from its start.
-    TrimHorizon,
-}
-
-/// A range of one shard's records the event source mapping skipped: from [`from`](Self::from)
-/// up to, not including, the record [`before`](Self::before) (the batch's first).
-///
-/// ```
-/// use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
-///
-/// let range = SkippedRange { from: ReadFrom::After("100".parse()?), before: "200".parse()? };
-/// assert_eq!(range.to_string(), "after 100 up to 200");
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedRange {
-    /// Where reading starts.
-    pub from: ReadFrom,
-    /// The first record not in the range: the batch's first record.
-    pub before: SequenceNumber,
-}
-
-impl SkippedRange {
-    /// Whether `sequence` lies in the range (a record at or after the start, before the end).
-    ///
-    /// ```
-    /// # use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
-    /// let range = SkippedRange { from: ReadFrom::At("100".parse()?), before: "200".parse()? };
-    /// assert!(range.contains(&"100".parse()?) && !range.contains(&"200".parse()?));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
-    /// ```
-    #[must_use]
-    pub fn contains(&self, sequence: &SequenceNumber) -> bool {
-        let started = match &self.from {
-            ReadFrom::After(after) => sequence > after,
-            ReadFrom::At(at) => sequence >= at,
-            ReadFrom::TrimHorizon => true,
-        };
-        started && *sequence < self.before
-    }
-}
-
-impl fmt::Display for SkippedRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.from {
-            ReadFrom::After(after) => write!(f, "after {after} up to {}", self.before),
-            ReadFrom::At(at) => write!(f, "from {at} up to {}", self.before),
-            ReadFrom::TrimHorizon => write!(f, "from the trim horizon up to {}", self.before),
-        }
-    }
-}
 
 /// How much one reading of a skipped range may take.
 ///
@@ -207,42 +146,6 @@ impl CannotRead {
     }
 }
 
-/// What became of a range the mapping skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GapOutcome {
-    /// Every record of the range was read and ran (or the shard stopped in it as usual).
-    Recovered,
-    /// Only part of the range could be read in time: the rest is read by the next invocation.
-    Partial,
-    /// The range could not be read: the batch was reported, nothing ran.
-    Unread(String),
-    /// Nothing can read the range: it was logged as lost and the batch went on.
-    NoReader,
-}
-
-/// A range the mapping skipped, found by one invocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct GapReport {
-    /// The range.
-    pub range: SkippedRange,
-    /// Its records that were read, in order, and what became of each.
-    pub recovered: Vec<RecordReport>,
-    /// What became of the range.
-    pub outcome: GapOutcome,
-}
-
-impl GapReport {
-    pub(crate) const fn new(range: SkippedRange, outcome: GapOutcome) -> Self {
-        Self {
-            range,
-            recovered: Vec::new(),
-            outcome,
-        }
-    }
-}
-
 /// The range the mapping skipped before a batch starting at `first`, if it did: the row
 /// remembers a reported record above its checkpoint, and the batch starts after it.
 pub(crate) fn detect(
@@ -323,14 +226,6 @@ pub(crate) fn after_run(
         None => ReportedChange::Keep,
     }
 }
-
-#[cfg(feature = "kinesis")]
-mod kinesis;
-mod run;
-
-#[cfg(feature = "kinesis")]
-pub(crate) use kinesis::read_range as read_kinesis;
-pub(crate) use run::{Recovery, recover_or_release, report, stop_at_unread};
 
 #[cfg(test)]
 mod tests {

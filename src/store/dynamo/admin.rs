@@ -6,9 +6,12 @@
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::{
-    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, Clauses, DynamoLeaseStore,
-    EXPIRES_AT, EXPIRY, FAILING, KEY, OWNER, is_condition_failure, set_position, state_of,
+use super::DynamoLeaseStore;
+use super::conversion::state_of;
+use super::expressions::{Clauses, is_condition_failure, set_position};
+use super::schema::{
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, EXPIRES_AT, EXPIRY, FAILING,
+    KEY, OWNER,
 };
 use crate::key::LeaseKey;
 use crate::sequence::Position;

@@ -8,9 +8,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::{Clauses, is_condition_failure, set_failing, set_position};
-use super::{DONE_ABOVE, DynamoLeaseStore, EXPIRY, OURS, OWNER, REPORTED};
+use super::schema::{DONE_ABOVE, EXPIRY, OURS, OWNER, REPORTED};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
 use crate::store::{

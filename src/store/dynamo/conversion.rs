@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::{
+use super::schema::{
     AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, CONTENDED, COUNTER, DONE_ABOVE,
     EXPIRES_AT, EXPIRY, FAILING, OWNER, PARENTS, REPORTED,
 };

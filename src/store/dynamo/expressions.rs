@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT_SUB, FAILING};
+use super::schema::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT_SUB, FAILING};
 use crate::sequence::Position;
 use crate::store::memory::{millis, now_millis};
 use crate::store::{Below, FailingChange, FailingRecord, RowForm};

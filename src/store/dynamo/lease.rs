@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::{Clauses, expiry_after, set_position};
-use super::{DynamoLeaseStore, OURS};
+use super::schema::OURS;
 use crate::key::LeaseKey;
 use crate::sequence::Position;
 use crate::store::{Below, BoxFuture, LeaseError, LeaseState, LeaseStore};

@@ -29,33 +29,13 @@ mod conversion;
 mod expressions;
 mod lease;
 mod rows;
+mod schema;
 
 use conversion::state_of;
-use expressions::{Clauses, expiry_after, is_condition_failure, set_position};
+use expressions::{expiry_after, is_condition_failure};
+use schema::{KEY, TAKEABLE};
 
 pub use admin::{Moved, Row};
-
-/// The table's partition key: `stream:shard`.
-const KEY: &str = "lease_key";
-const OWNER: &str = "lease_owner";
-const EXPIRY: &str = "lease_expiry";
-const COUNTER: &str = "lease_counter";
-const CHECKPOINT: &str = "checkpoint";
-const CHECKPOINT_SUB: &str = "checkpoint_sub";
-const AGGREGATE_SEQUENCE: &str = "aggregate_sequence";
-const AGGREGATE_SUB: &str = "aggregate_sub";
-const PARENTS: &str = "parent_shards";
-const FAILING: &str = "failing";
-const EXPIRES_AT: &str = "expires_at";
-const DONE_ABOVE: &str = "done_above";
-const REPORTED: &str = "reported";
-const CONTENDED: &str = "contended";
-
-/// Taking a lease succeeds when it is free, already ours, or expired.
-const TAKEABLE: &str =
-    "attribute_not_exists(lease_owner) OR lease_owner = :me OR lease_expiry < :now";
-/// Every other write needs the lease to be ours.
-const OURS: &str = "lease_owner = :me";
 
 /// A `DynamoDB`-backed lease store.
 ///

@@ -7,10 +7,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
+use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::failing_item;
 use super::expressions::{Clauses, position_clauses};
-use super::{DynamoLeaseStore, FAILING, KEY};
+use super::schema::{FAILING, KEY};
 use crate::key::LeaseKey;
 use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, RowForm};
 

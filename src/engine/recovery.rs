@@ -1,17 +1,23 @@
-//! The processor's side of gap recovery: find the range the mapping skipped, read it, put its
-//! records before the batch's, and say what became of them. Everything after that (dedupe,
-//! dispatch, dead letters, the checkpoint) is the batch's own path, so a recovered record is
-//! treated exactly as a delivered one.
+//! The engine's side of [gap recovery](crate::gap): find the range the mapping skipped, read
+//! it, put its records before the batch's, and say what became of them. Everything after that
+//! (dedupe, dispatch, dead letters, the checkpoint) is the batch's own path, so a recovered
+//! record is treated exactly as a delivered one.
+//!
+//! Here rather than in `gap`, which holds the rules (when a range was skipped, what the row
+//! remembers) over the store's types only: this side works on the engine's entries and reports.
 
 use std::time::SystemTime;
 
-use super::{CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget};
-use super::{SkippedRange, detect};
-use crate::handler::Handler;
-use crate::key::LeaseKey;
-use crate::processor::{
-    Dispatched, Disposition, Entry, Invocation, Processor, RecordReport, ShardReport, StopReason,
+use super::batch::Entry;
+use super::invocation::Invocation;
+use super::ordered::Dispatched;
+use super::settings::Settings;
+use crate::gap::{
+    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
+    detect,
 };
+use crate::key::LeaseKey;
+use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
 use crate::store::LeaseState;
 
@@ -36,8 +42,8 @@ pub(crate) type Unrecovered = Box<(Vec<Entry>, GapReport, StopReason)>;
 /// topology, within half the invocation's time left (the records must run too) and
 /// [`MAX_RECOVERED_RECORDS`]. Without a reader, the gap is logged and the batch goes on; a
 /// reading that fails stops the shard with the batch reported.
-pub(crate) async fn recover<H: Handler>(
-    processor: &Processor<H>,
+pub(crate) async fn recover<H>(
+    settings: &Settings<H>,
     key: &LeaseKey,
     state: &LeaseState,
     checkpoint: Option<&Position>,
@@ -56,7 +62,7 @@ pub(crate) async fn recover<H: Handler>(
     else {
         return Ok(unchanged(entries, None));
     };
-    let Some(gate) = processor.gate_ref() else {
+    let Some(gate) = settings.gate.as_deref() else {
         lost(
             key,
             &range,
@@ -69,7 +75,7 @@ pub(crate) async fn recover<H: Handler>(
     };
     let deadline = invocation
         .time_left()
-        .map(|left| SystemTime::now() + left.saturating_sub(processor.deadline_margin_value()) / 2);
+        .map(|left| SystemTime::now() + left.saturating_sub(settings.deadline_margin) / 2);
     let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
     let read = gate
         .topology()
@@ -98,7 +104,7 @@ pub(crate) async fn recover<H: Handler>(
         }
     };
     prepend(
-        processor,
+        settings,
         key,
         range,
         RangeRead { records, complete },
@@ -107,8 +113,8 @@ pub(crate) async fn recover<H: Handler>(
 }
 
 /// Puts the records read of `range` before the batch's `entries`, unpacked as the batch's are.
-fn prepend<H: Handler>(
-    processor: &Processor<H>,
+fn prepend<H>(
+    settings: &Settings<H>,
     key: &LeaseKey,
     range: SkippedRange,
     read: RangeRead,
@@ -145,8 +151,8 @@ fn prepend<H: Handler>(
     let read = records.len();
     let mut recovered: Vec<Entry> = records.into_iter().map(Entry::Record).collect();
     #[cfg(feature = "kpl")]
-    if processor.deaggregates() {
-        recovered = crate::processor::deaggregate(recovered);
+    if settings.deaggregate {
+        recovered = super::batch::deaggregate(recovered);
     }
     let cut = marker.map(|marker| {
         recovered
@@ -174,7 +180,7 @@ fn prepend<H: Handler>(
         GapOutcome::Partial
     };
     // Without the `kpl` feature, nothing is unpacked.
-    let _ = processor;
+    let _ = settings;
     let count = recovered.len();
     recovered.extend(entries);
     Ok(Recovery {
@@ -183,31 +189,6 @@ fn prepend<H: Handler>(
         cut,
         gap: Some(GapReport::new(range, outcome)),
     })
-}
-
-/// Finds and reads the range the mapping skipped before `entries` (see [`recover`]); when
-/// nothing may run, releases the lease, remembering the batch, and returns the shard's report,
-/// stopped. Otherwise the recovery and the parents to write with the checkpoint.
-pub(crate) async fn recover_or_release<H: Handler>(
-    processor: &Processor<H>,
-    (key, owner): (&LeaseKey, &str),
-    (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: Vec<String>,
-    entries: Vec<Entry>,
-    invocation: &Invocation,
-    mut report: ShardReport,
-) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
-    let first = entries.first().map(Entry::position);
-    match recover(processor, key, state, checkpoint, entries, invocation).await {
-        Ok(recovery) => Ok((recovery, parent_shards, report)),
-        Err(unrecovered) => {
-            let (entries, gap, reason) = *unrecovered;
-            let remember = super::nothing_ran(state, checkpoint, first.as_ref());
-            processor.release(key, owner, parent_shards, remember).await;
-            report.gap = Some(gap);
-            Err(report.stop_all(&entries, reason))
-        }
-    }
 }
 
 /// Logs a range nothing can read: neither processed nor dead-lettered.

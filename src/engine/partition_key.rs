@@ -53,87 +53,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::attempt::Runner;
+use super::batch::{Entry, ShardBatch, stop_all};
+use super::invocation::{Invocation, LeaseWatch};
+use super::keyed::{self, Limits, State};
+use super::settings::Settings;
+pub use super::settings::{DEFAULT_KEY_TTL, Mode, UnknownMode};
 use crate::handler::Handler;
 use crate::key::LeaseKey;
-use crate::keyed::{self, Limits, State};
-use crate::processor::{
-    Disposition, Entry, Invocation, LeaseWatch, Processor, RecordReport, ShardBatch, ShardReport,
-    StopReason,
-};
+pub use crate::key::row_key;
+use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber};
 use crate::store::memory::now_millis;
-use crate::store::{Below, FailingChange, KeyCommit, LeaseState};
-
-/// How a processor keeps its checkpoints: which fits the event source mapping's
-/// `ParallelizationFactor`.
-///
-/// ```
-/// use std::sync::Arc;
-///
-/// use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
-///
-/// // ParallelizationFactor above 1:
-/// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-///     .mode(Mode::PartitionKey);
-/// assert_eq!("partition-key".parse::<Mode>()?, Mode::PartitionKey);
-/// # Ok::<(), kinesis_checkpoint::partition_key::UnknownMode>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// One lease and one checkpoint per shard: for `ParallelizationFactor` 1 (the default).
-    /// A concurrent delivery of the shard processes nothing.
-    #[default]
-    Shard,
-    /// A checkpoint per partition key and no shard lease: for `ParallelizationFactor` 2 to 10,
-    /// where Lambda runs several batches of one shard at once.
-    PartitionKey,
-}
-
-/// A mode name that is neither `shard` nor `partition-key`.
-///
-/// ```
-/// use kinesis_checkpoint::Mode;
-///
-/// let error = "parallel".parse::<Mode>().unwrap_err();
-/// assert!(error.to_string().contains("ParallelizationFactor 2 to 10"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "checkpoint mode '{0}' is neither 'shard' (ParallelizationFactor 1) nor 'partition-key' \
-     (ParallelizationFactor 2 to 10)"
-)]
-pub struct UnknownMode(String);
-
-impl std::str::FromStr for Mode {
-    type Err = UnknownMode;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "shard" => Ok(Self::Shard),
-            "partition-key" => Ok(Self::PartitionKey),
-            other => Err(UnknownMode(other.to_owned())),
-        }
-    }
-}
-
-/// How long a partition key's row outlives its last write, by default: a week's retention and
-/// a day.
-pub const DEFAULT_KEY_TTL: Duration = Duration::from_hours(8 * 24);
-
-/// The row of `partition_key` on the shard of `shard`: `stream:shard:partition-key`. A shard's
-/// own row has one colon, a key's row two or more, so the two never meet.
-///
-/// ```
-/// use kinesis_checkpoint::LeaseKey;
-/// use kinesis_checkpoint::partition_key::row_key;
-///
-/// let row = row_key(&LeaseKey::new("orders", "shardId-000000000000"), "customer-7");
-/// assert_eq!(row.to_string(), "orders:shardId-000000000000:customer-7");
-/// ```
-#[must_use]
-pub fn row_key(shard: &LeaseKey, partition_key: &str) -> LeaseKey {
-    LeaseKey::new(shard.stream(), format!("{}:{partition_key}", shard.shard()))
-}
+use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, LeaseState};
 
 /// Gate, read the keys' rows, dispatch, write the rows, report: one shard's records in the
 /// partition-key mode.
@@ -142,17 +74,19 @@ pub fn row_key(shard: &LeaseKey, partition_key: &str) -> LeaseKey {
     reason = "the steps of one invocation in the partition-key mode, in order, clearer in one place"
 )]
 pub(crate) async fn run_shard<H: Handler>(
-    processor: &Processor<H>,
+    settings: &Settings<H>,
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
     let report = ShardReport::empty(key.clone(), entries.len());
-    if let Some(gate) = processor.gate_ref()
-        && let Some(held) = gate.check_partition_keys(processor.store(), &key).await
+    if let Some(gate) = settings.gate.as_deref()
+        && let Some(held) = gate
+            .check_partition_keys(settings.store.as_ref(), &key)
+            .await
     {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
-        return report.stop_all(&entries, StopReason::Held(held));
+        return stop_all(report, &entries, StopReason::Held(held));
     }
 
     // The rows of the batch's partition keys, read at once.
@@ -166,11 +100,11 @@ pub(crate) async fn run_shard<H: Handler>(
     // The shard's own row, in the same read: a container consumer sharing the table (the seed
     // crate's, which keys by `stream:shard`) may hold the shard's lease or have checkpointed it.
     rows.push(key.clone());
-    let mut states = match processor.store().read_rows(&rows).await {
+    let mut states = match settings.store.read_rows(&rows).await {
         Ok(states) => states,
         Err(error) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
-            return report.stop_all(&entries, StopReason::Store(error.to_string()));
+            return stop_all(report, &entries, StopReason::Store(error.to_string()));
         }
     };
     rows.pop();
@@ -182,13 +116,17 @@ pub(crate) async fn run_shard<H: Handler>(
                 "another consumer holds the shard's lease; processing nothing"
             );
             let owner = Some(owner.to_owned());
-            return report.stop_all(&entries, StopReason::LeaseHeld { owner });
+            return stop_all(report, &entries, StopReason::LeaseHeld { owner });
         }
         None => match shard_row.position() {
             Ok(checkpoint) => checkpoint,
             Err(error) => {
                 tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
-                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+                return stop_all(
+                    report,
+                    &entries,
+                    StopReason::BadCheckpoint(error.to_string()),
+                );
             }
         },
     };
@@ -198,7 +136,11 @@ pub(crate) async fn run_shard<H: Handler>(
             Ok(checkpoint) => checkpoint,
             Err(error) => {
                 tracing::error!(%error, row = %row, "a partition key's checkpoint is unreadable; processing nothing");
-                return report.stop_all(&entries, StopReason::BadCheckpoint(error.to_string()));
+                return stop_all(
+                    report,
+                    &entries,
+                    StopReason::BadCheckpoint(error.to_string()),
+                );
             }
         };
         keys.insert(
@@ -230,16 +172,18 @@ pub(crate) async fn run_shard<H: Handler>(
     };
     let limits = Limits {
         by_routing_key: true,
-        max_in_flight: processor.max_in_flight(),
+        max_in_flight: settings.max_in_flight,
         max_done_above: usize::MAX,
     };
-    let mut run = keyed::run(
-        processor, &entries, invocation, &lease, &known, &is_done, 0, limits,
-    )
-    .await;
+    let runner = Runner {
+        settings,
+        invocation,
+        lease: &lease,
+    };
+    let mut run = keyed::run(&runner, &entries, &known, &is_done, 0, limits).await;
 
-    let commits = key_commits(&entries, &run, &keys, processor.key_ttl_value());
-    let refused = write(processor, &commits).await;
+    let commits = key_commits(&entries, &run, &keys, settings.key_ttl);
+    let refused = write(settings.store.as_ref(), &commits).await;
     if !refused.is_empty() {
         // Those keys' records run again when redelivered: mark them so, and report from the
         // first of them if it is lower than the first record not done.
@@ -254,10 +198,7 @@ pub(crate) async fn run_shard<H: Handler>(
             }
         }
     }
-    finish(
-        processor, report, &entries, &run, refused, invocation, &lease,
-    )
-    .await
+    finish(&runner, report, &entries, &run, refused).await
 }
 
 /// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
@@ -385,15 +326,15 @@ fn settled_for_key(
 }
 
 /// Writes the keys' rows; returns the keys whose row was not written, and why.
-async fn write<H: Handler>(
-    processor: &Processor<H>,
+async fn write(
+    store: &dyn CheckpointStore,
     commits: &[(String, KeyCommit)],
 ) -> Vec<(String, StopReason)> {
     if commits.is_empty() {
         return Vec::new();
     }
     let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
-    match processor.store().commit_rows(&rows).await {
+    match store.commit_rows(&rows).await {
         Ok(written) => commits
             .iter()
             .zip(written)
@@ -424,13 +365,11 @@ async fn write<H: Handler>(
 /// The shard's report: every record's disposition, and the lowest record not done (or not
 /// recorded) as the one reported.
 async fn finish<H: Handler>(
-    processor: &Processor<H>,
+    runner: &Runner<'_, H>,
     mut report: ShardReport,
     entries: &[Entry],
     run: &keyed::Run,
     refused: Vec<(String, StopReason)>,
-    invocation: &Invocation,
-    lease: &LeaseWatch,
 ) -> ShardReport {
     let lowest = run.lowest_not_done();
     let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
@@ -446,11 +385,7 @@ async fn finish<H: Handler>(
                 .map_or(StopReason::CheckpointFenced, |(_, reason)| reason);
             Some((index, reason))
         }
-        _ if lowest < entries.len() => Some((
-            lowest,
-            run.reason(lowest, processor, entries, invocation, lease)
-                .await,
-        )),
+        _ if lowest < entries.len() => Some((lowest, run.reason(lowest, runner, entries).await)),
         _ => None,
     };
     let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);

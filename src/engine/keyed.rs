@@ -38,16 +38,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
+use super::attempt::{Failing, Runner};
+use super::batch::Entry;
+use super::ordered::Dispatched;
+pub use super::settings::DEFAULT_MAX_DONE_ABOVE;
 use crate::handler::Handler;
-use crate::processor::{
-    Dispatched, Disposition, Entry, Failing, Invocation, LeaseWatch, Processor, StopReason,
-};
+use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
 use crate::store::{FailingChange, FailingRecord};
-
-/// How many records done above the checkpoint a row remembers at most, by default: about
-/// 60 KB of a `DynamoDB` item's 400 KB, with 56-digit sequence numbers.
-pub const DEFAULT_MAX_DONE_ABOVE: usize = 1_000;
 
 /// The bounds of one keyed dispatch.
 #[derive(Debug, Clone, Copy)]
@@ -103,10 +101,8 @@ impl Run {
     pub(crate) async fn reason<H: Handler>(
         &self,
         index: usize,
-        processor: &Processor<H>,
+        runner: &Runner<'_, H>,
         pending: &[Entry],
-        invocation: &Invocation,
-        lease: &LeaseWatch,
     ) -> StopReason {
         match &self.states[index] {
             State::Failed { reason, .. } => reason.clone(),
@@ -116,10 +112,7 @@ impl Run {
                     known: None,
                     change: FailingChange::Keep,
                 };
-                match processor
-                    .attempt(&pending[index], invocation, lease, &mut untouched)
-                    .await
-                {
+                match runner.attempt(&pending[index], &mut untouched).await {
                     Err(reason) => reason,
                     Ok(_) => unreachable!("an entry without a partition key never runs"),
                 }
@@ -149,10 +142,8 @@ impl Run {
 /// Dispatches `pending` one queue per partition key, at most `limits.max_in_flight` at once,
 /// for a shard's row: see the [module documentation](self) for the rules.
 pub(crate) async fn dispatch<H: Handler>(
-    processor: &Processor<H>,
+    runner: &Runner<'_, H>,
     pending: &[Entry],
-    invocation: &Invocation,
-    lease: &LeaseWatch,
     known: Option<FailingRecord>,
     done_above: &[Position],
     limits: Limits,
@@ -165,10 +156,8 @@ pub(crate) async fn dispatch<H: Handler>(
         .filter(|position| last.as_ref().is_some_and(|last| *position > last))
         .count();
     let run = run(
-        processor,
+        runner,
         pending,
-        invocation,
-        lease,
         &|_| known.clone(),
         &|entry| remembered.contains(&entry.position()),
         beyond,
@@ -201,9 +190,7 @@ pub(crate) async fn dispatch<H: Handler>(
         {
             failing = FailingChange::Set(counted.clone());
         }
-        let reason = run
-            .reason(watermark, processor, pending, invocation, lease)
-            .await;
+        let reason = run.reason(watermark, runner, pending).await;
         Some((watermark, reason))
     } else {
         None
@@ -222,12 +209,9 @@ pub(crate) async fn dispatch<H: Handler>(
 /// none above the lowest record not done once `limits.max_done_above` records (counting
 /// `beyond`, remembered records after the batch) would be done above it. Entries `skip` says
 /// are done already are duplicates; `known` gives each partition key's failing record.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<H: Handler>(
-    processor: &Processor<H>,
+    runner: &Runner<'_, H>,
     pending: &[Entry],
-    invocation: &Invocation,
-    lease: &LeaseWatch,
     known: &(dyn Fn(&str) -> Option<FailingRecord> + Sync),
     skip: &(dyn Fn(&Entry) -> bool + Sync),
     beyond: usize,
@@ -280,9 +264,7 @@ pub(crate) async fn run<H: Handler>(
                     known,
                     change: FailingChange::Keep,
                 };
-                let result = processor
-                    .attempt(entry, invocation, lease, &mut failing)
-                    .await;
+                let result = runner.attempt(entry, &mut failing).await;
                 (index, result, failing.change)
             });
         }

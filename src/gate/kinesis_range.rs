@@ -1,11 +1,14 @@
 //! Reading a skipped range from Kinesis: `GetShardIterator`, then `GetRecords` pages.
+//!
+//! What [`KinesisTopology::read_range`](super::KinesisTopology) does for
+//! [gap recovery](crate::gap); beside the topology, since it is the topology that reads.
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::error::DisplayErrorContext;
 use aws_sdk_kinesis::types::ShardIteratorType;
 
-use super::{RangeRead, ReadBudget, ReadFrom, SkippedRange};
-use crate::gate::TopologyError;
+use super::topology::TopologyError;
+use crate::gap::{RangeRead, ReadBudget, ReadFrom, SkippedRange};
 use crate::key::LeaseKey;
 use crate::record::Record;
 

@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::topology::{Topology, TopologyError};
 use crate::gap::{CannotRead, ReadBudget, ReadFrom, SkippedRange};
-use crate::gate::{Topology, TopologyError};
 use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber};
 

@@ -1,0 +1,255 @@
+//! The shared attempt runner: one record through the handler, guarded, and what a failure
+//! means.
+//!
+//! Every dispatcher (in order, per key, the partition-key mode) runs a record through
+//! [`Runner::attempt`] and nothing else: the checks before the call (the lease, the deadline),
+//! the call with its panic and time-out guard, the failure counted against the row's failing
+//! record, and the dead letter once a record is rejected or out of attempts. So a record is
+//! treated alike whichever mode dispatched it.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use super::batch::Entry;
+use super::invocation::{Invocation, LeaseWatch};
+use super::settings::Settings;
+use crate::dead_letter::{DeadLetter, DeadLetterReason};
+use crate::handler::{Handler, Outcome};
+use crate::key::LeaseKey;
+use crate::record::Record;
+use crate::report::{Disposition, StopReason};
+use crate::sequence::Position;
+use crate::store::memory::{millis, now_millis};
+use crate::store::{BoxFuture, FailingChange, FailingRecord};
+
+/// Runs records for one shard of one invocation: the processor's settings, the invocation's
+/// deadline and the lease held (one that never lapses in the partition-key mode).
+pub(crate) struct Runner<'a, H> {
+    pub(crate) settings: &'a Settings<H>,
+    pub(crate) invocation: &'a Invocation,
+    pub(crate) lease: &'a LeaseWatch,
+}
+
+impl<H: Handler> Runner<'_, H> {
+    /// Runs one record, unless something says the shard must stop before it. A record that
+    /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
+    #[tracing::instrument(name = "record", skip_all, fields(
+        stream = entry.key().map(LeaseKey::stream),
+        shard = entry.key().map(LeaseKey::shard),
+        sequence = %entry.sequence(),
+        sub_sequence = entry.position().sub_sequence(),
+    ))]
+    pub(crate) async fn attempt(
+        &self,
+        entry: &Entry,
+        failing: &mut Failing,
+    ) -> Result<Disposition, StopReason> {
+        let Self {
+            settings,
+            invocation,
+            lease,
+        } = self;
+        let record = match entry {
+            Entry::Record(record) => record,
+            Entry::Malformed(malformed, _) => {
+                return Err(StopReason::Malformed(malformed.to_string()));
+            }
+            Entry::AfterMalformed(_) => {
+                return Err(StopReason::Malformed(
+                    "an earlier record of the batch cannot be processed".to_owned(),
+                ));
+            }
+            Entry::Undecodable(error) => {
+                let reason = StopReason::Rejected(error.to_string());
+                return self.failed(error.record(), reason, true, failing).await;
+            }
+        };
+        // One reading of the clock serves both checks and the handler's time limit.
+        let now = now_millis();
+        if lease.lost_at(now) {
+            return Err(StopReason::Fenced);
+        }
+        let time_left = invocation
+            .time_left_at(now)
+            .map(|left| left.saturating_sub(settings.deadline_margin));
+        if time_left.is_some_and(|left| left.is_zero()) {
+            return Err(StopReason::Deadline);
+        }
+        let stop_at = time_left.map(|left| now.saturating_add(millis(left)));
+        let (reason, rejected) = match self.call(record.clone(), stop_at).await {
+            Ok(Outcome::Ack) => {
+                failing.succeeded(record);
+                return Ok(Disposition::Processed);
+            }
+            Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
+            Ok(Outcome::Reject(error)) => (StopReason::Rejected(error.to_string()), true),
+            // Cut by the invocation's deadline, not by its own fault: a record started late had
+            // no fair chance, and its effect may still land. Only a record given at least half
+            // of the invocation's time counts an attempt, so one that hangs is still
+            // dead-lettered in the end (it comes first in the redelivery, with the whole time).
+            Err(StopReason::HandlerTimedOut) if !invocation.had_fair_share(now) => {
+                tracing::warn!(
+                    sequence = %record.sequence(),
+                    "the record started late and was cut by the deadline; not counted as an attempt"
+                );
+                return Err(StopReason::HandlerTimedOut);
+            }
+            Err(reason) => (reason, false),
+        };
+        self.failed(record, reason, rejected, failing).await
+    }
+
+    /// Counts a failure of `record` and dead-letters it when it was `rejected` or is out of
+    /// attempts (and a sink is set); otherwise the shard stops there.
+    async fn failed(
+        &self,
+        record: &Record,
+        reason: StopReason,
+        rejected: bool,
+        failing: &mut Failing,
+    ) -> Result<Disposition, StopReason> {
+        let position = record.position();
+        // `Rejected`'s own text is for a shard that stops there (no sink); a dead letter is
+        // the other case and says only what the handler said.
+        let error = match &reason {
+            StopReason::Rejected(message) if self.settings.dead_letters.is_some() => {
+                format!("the handler rejected the record: {message}")
+            }
+            _ => reason.to_string(),
+        };
+        let attempts = failing.failed(&position, &error);
+        let Some(sink) = &self.settings.dead_letters else {
+            if rejected {
+                tracing::warn!(%reason, "no dead-letter sink is configured: the rejected record is reported and retried");
+            }
+            return Err(reason);
+        };
+        let dead_reason = if rejected {
+            DeadLetterReason::Rejected
+        } else if attempts >= self.settings.max_attempts {
+            DeadLetterReason::Exhausted
+        } else {
+            return Err(reason);
+        };
+        let letter = DeadLetter::new(record.clone(), attempts, error, dead_reason);
+        match sink.send(&letter).await {
+            Ok(()) => {
+                tracing::warn!(
+                    sequence = %record.sequence(),
+                    sub_sequence = record.sub_sequence(),
+                    attempts,
+                    reason = dead_reason.as_str(),
+                    error = letter.error,
+                    "dead-lettered the record; moving past it"
+                );
+                failing.succeeded(record);
+                Ok(Disposition::DeadLettered)
+            }
+            Err(sink_error) => {
+                tracing::error!(
+                    stream = record.stream(),
+                    shard = record.shard(),
+                    sequence = %record.sequence(),
+                    error = %sink_error,
+                    "could not dead-letter the record; it is reported and retried"
+                );
+                Err(StopReason::DeadLetterFailed(sink_error.to_string()))
+            }
+        }
+    }
+
+    /// Calls the handler, turning a panic or a run past `stop_at` (epoch milliseconds) into a
+    /// stop.
+    fn call(&self, record: Record, stop_at: Option<u64>) -> Guarded<'_> {
+        Guarded {
+            handler: self.settings.handler.handle(record),
+            stop_at,
+            timer: None,
+        }
+    }
+}
+
+/// The failing record as dispatch goes: the one the row remembered, and the change to write.
+pub(crate) struct Failing {
+    /// The failing record the row (or this dispatch) knows of.
+    pub(crate) known: Option<FailingRecord>,
+    /// What to write of it.
+    pub(crate) change: FailingChange,
+}
+
+impl Failing {
+    /// Counts a failure of the record at `position`; returns its attempts so far.
+    pub(crate) fn failed(&mut self, position: &Position, error: &str) -> u32 {
+        let now = now_millis();
+        let next = match &self.known {
+            Some(known) => known.again(position, error, now),
+            None => FailingRecord::first(position, error, now),
+        };
+        let attempts = next.attempts;
+        self.known = Some(next.clone());
+        self.change = FailingChange::Set(next);
+        attempts
+    }
+
+    /// `record` is done (processed or dead-lettered): forget it if it is the failing one.
+    pub(crate) fn succeeded(&mut self, record: &Record) {
+        // Most records were never failing: no position is built for them.
+        if self
+            .known
+            .as_ref()
+            .is_some_and(|known| known.is(&record.position()))
+        {
+            self.known = None;
+            self.change = FailingChange::Clear;
+        }
+    }
+}
+
+/// A handler's future, guarded: a panic becomes an error, so one bad record cannot take the
+/// batch (and its checkpoint) down with it, and a run past `stop_at` is stopped.
+///
+/// The timer is armed only once the handler waits: one that finishes on its first poll costs
+/// no timer, and `tokio::time::timeout` would not have stopped it either, since it polls the
+/// future before its deadline. Armed, it fires at `stop_at` however long that first poll took.
+struct Guarded<'a> {
+    handler: BoxFuture<'a, Outcome>,
+    /// Epoch milliseconds; `None` when the invocation has no deadline.
+    stop_at: Option<u64>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for Guarded<'_> {
+    type Output = Result<Outcome, StopReason>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let handler = &mut this.handler;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(Poll::Ready(outcome)) => return Poll::Ready(Ok(outcome)),
+            Ok(Poll::Pending) => {}
+            Err(panic) => {
+                return Poll::Ready(Err(StopReason::Panicked(
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".to_owned()),
+                )));
+            }
+        }
+        let Some(stop_at) = this.stop_at else {
+            return Poll::Pending;
+        };
+        let timer = this.timer.get_or_insert_with(|| {
+            let left = Duration::from_millis(stop_at.saturating_sub(now_millis()));
+            Box::pin(tokio::time::sleep(left))
+        });
+        timer
+            .as_mut()
+            .poll(cx)
+            .map(|()| Err(StopReason::HandlerTimedOut))
+    }
+}

@@ -1,0 +1,297 @@
+//! A batch as the engine holds it: the event's records grouped by shard, in order, KPL
+//! aggregates unpacked, and the few questions asked of those entries (where a checkpoint
+//! settles, which record precedes an aggregate).
+//!
+//! Intake ends here. Parsing belongs to [`record`](crate::record) and unpacking to
+//! [`kpl`](crate::kpl); this module turns their output into [`Entry`]s, which everything after
+//! it (dedupe, dispatch, the checkpoint) reads, and never looks further up.
+
+use crate::key::LeaseKey;
+use crate::record::{MalformedRecord, Parsed, Record};
+use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::sequence::{Position, SequenceNumber, cmp_record};
+
+/// One item of a shard's batch: a record, or a malformed one that stops the shard where it
+/// stands.
+pub(crate) enum Entry {
+    Record(Record),
+    Malformed(MalformedRecord, SequenceNumber),
+    AfterMalformed(Record),
+    /// A KPL aggregate whose MD5 matches but whose contents cannot be read: a poison record,
+    /// dead-lettered whole.
+    Undecodable(crate::kpl::KplError),
+}
+
+impl Entry {
+    /// The stream and shard, when the record could be read.
+    pub(crate) fn key(&self) -> Option<&LeaseKey> {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => Some(record.key()),
+            Self::Malformed(..) => None,
+            Self::Undecodable(error) => Some(error.record().key()),
+        }
+    }
+
+    /// The partition key the record runs under, or `None` for an entry that stops the shard
+    /// where it stands (a malformed record, or one after it).
+    pub(crate) fn partition_key(&self) -> Option<&str> {
+        match self {
+            Self::Record(record) => Some(record.partition_key()),
+            Self::Malformed(..) | Self::AfterMalformed(_) => None,
+            Self::Undecodable(error) => Some(error.record().partition_key()),
+        }
+    }
+
+    /// The key Kinesis routed the record by (the aggregate's for a KPL sub-record), or `None`
+    /// as for [`partition_key`](Self::partition_key): what the mapping keeps order by when
+    /// `ParallelizationFactor` is above 1.
+    pub(crate) fn routing_key(&self) -> Option<&str> {
+        match self {
+            Self::Record(record) => Some(record.routing_key()),
+            Self::Malformed(..) | Self::AfterMalformed(_) => None,
+            Self::Undecodable(error) => Some(error.record().routing_key()),
+        }
+    }
+
+    /// The key records run in order by: the routing key in the partition-key mode, the
+    /// record's own otherwise.
+    pub(crate) fn ordering_key(&self, routing: bool) -> Option<&str> {
+        if routing {
+            self.routing_key()
+        } else {
+            self.partition_key()
+        }
+    }
+
+    pub(crate) fn sequence(&self) -> &SequenceNumber {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
+            Self::Malformed(_, sequence) => sequence,
+            Self::Undecodable(error) => error.record().sequence(),
+        }
+    }
+
+    /// How the entry's position compares with `other`, without building the position.
+    pub(crate) fn cmp_position(&self, other: &Position) -> std::cmp::Ordering {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => {
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
+            Self::Malformed(_, sequence) => cmp_record(sequence, None, other),
+            Self::Undecodable(error) => {
+                let record = error.record();
+                cmp_record(record.sequence(), record.sub_sequence(), other)
+            }
+        }
+    }
+
+    pub(crate) fn position(&self) -> Position {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.position(),
+            Self::Malformed(_, sequence) => Position::record(sequence.clone()),
+            Self::Undecodable(error) => error.record().position(),
+        }
+    }
+}
+
+/// `position`, or the whole aggregate when `position` is the last of its sub-records in
+/// `entries` (which hold every sub-record of an aggregate: Lambda delivers Kinesis records
+/// whole, and they are unpacked here). `entries` are in the shard's order.
+pub(crate) fn settled(entries: &[Entry], position: Position) -> Position {
+    let Position::Record {
+        sequence,
+        sub_sequence: Some(_),
+    } = &position
+    else {
+        return position;
+    };
+    let next = entries.partition_point(|entry| entry.cmp_position(&position).is_le());
+    if entries
+        .get(next)
+        .is_some_and(|entry| entry.sequence() == sequence)
+    {
+        return position;
+    }
+    Position::record(sequence.clone())
+}
+
+/// The record just before the aggregate `position` lies in, when `entries` hold one: done
+/// whole, since everything below `position` is done.
+pub(crate) fn prior<'a>(entries: &'a [Entry], position: &Position) -> Option<&'a SequenceNumber> {
+    let Position::Record {
+        sequence,
+        sub_sequence: Some(_),
+    } = position
+    else {
+        return None;
+    };
+    let first = entries.partition_point(|entry| entry.sequence() < sequence);
+    first.checked_sub(1).map(|index| entries[index].sequence())
+}
+
+/// Replaces every KPL aggregate among `entries` by its sub-records, in order; an aggregate that
+/// cannot be read becomes [`Entry::Undecodable`]. Plain records pass through untouched.
+pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
+    let aggregate = |entry: &Entry| match entry {
+        Entry::Record(record) => crate::kpl::is_aggregate(record.data()),
+        _ => false,
+    };
+    // Most batches hold no aggregate: keep their entries where they are, rather than move
+    // them all into a new vector (see BENCHMARKS.md: large allocations cost most here).
+    if !entries.iter().any(aggregate) {
+        return entries;
+    }
+    let mut expanded = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match entry {
+            Entry::Record(record) if crate::kpl::is_aggregate(record.data()) => {
+                match crate::kpl::deaggregate(record) {
+                    Ok(records) => {
+                        expanded.extend(records.into_records().into_iter().map(Entry::Record));
+                    }
+                    Err(error) => expanded.push(Entry::Undecodable(error)),
+                }
+            }
+            other => expanded.push(other),
+        }
+    }
+    expanded
+}
+
+/// One shard's records in the order of the event.
+pub(crate) struct ShardBatch {
+    pub(crate) key: LeaseKey,
+    pub(crate) entries: Vec<Entry>,
+}
+
+/// Groups the batch by stream and shard, keeping order. The first malformed record ends the
+/// batch for every shard: it joins its own shard's group (or its neighbour's, when its shard is
+/// unknown) and stops it; records after it are not dispatched. Every later malformed record
+/// joins a group the same way, so that its shard reports it (or an earlier record) even when
+/// no other record of that shard follows the first. Returns the groups, the malformed records
+/// that belong to no group, and the first malformed record without a sequence number that no
+/// earlier report of its shard covers, which fails the whole batch.
+pub(crate) fn group(
+    parsed: Vec<Parsed>,
+) -> (
+    Vec<ShardBatch>,
+    Vec<MalformedRecord>,
+    Option<MalformedRecord>,
+) {
+    let mut groups: Vec<ShardBatch> = Vec::new();
+    let mut orphans = Vec::new();
+    let neighbour_key = |index: usize| -> Option<LeaseKey> {
+        let before = parsed[..index].iter().rev().find_map(|p| p.as_ref().ok());
+        let after = || parsed[index + 1..].iter().find_map(|p| p.as_ref().ok());
+        before.or_else(after).map(|record| record.key().clone())
+    };
+    let cut = parsed.iter().position(Result::is_err);
+    // Computed before `parsed` is consumed: the neighbours are looked up by index. Only for a
+    // batch that holds a malformed record: a vector as long as the batch costs most of the
+    // grouping (see BENCHMARKS.md), and a well-formed batch needs none of it.
+    let malformed_keys: Vec<Option<LeaseKey>> = if cut.is_some() {
+        parsed
+            .iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Ok(_) => None,
+                Err(malformed) => match (&malformed.stream, &malformed.shard) {
+                    (Some(stream), Some(shard)) => {
+                        Some(LeaseKey::new(stream.as_str(), shard.as_str()))
+                    }
+                    _ => neighbour_key(index),
+                },
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut unreportable = None;
+    let total = parsed.len();
+    for (index, item) in parsed.into_iter().enumerate() {
+        let (key, entry) = match item {
+            Ok(record) => {
+                let key = record.key().clone();
+                if cut.is_some_and(|cut| index > cut) {
+                    // Past the malformed record: not dispatched, but its shard reports from it
+                    // when the malformed record is not in the same group.
+                    (key, Entry::AfterMalformed(record))
+                } else {
+                    (key, Entry::Record(record))
+                }
+            }
+            Err(malformed) => {
+                let key = malformed_keys[index].clone();
+                let Some(sequence) = malformed.reportable_sequence() else {
+                    // Past the first malformed record, every entry of a group stops it: a
+                    // group that already has one reports a record before this one.
+                    let covered = key.as_ref().is_some_and(|key| {
+                        groups
+                            .iter()
+                            .any(|group| group.key == *key && group.stops_after_malformed())
+                    });
+                    if !covered && unreportable.is_none() {
+                        unreportable = Some(malformed);
+                    }
+                    continue;
+                };
+                let Some(key) = key else {
+                    // No record of the batch names a shard: the first report covers the rest.
+                    if orphans.is_empty() {
+                        orphans.push(malformed);
+                    }
+                    continue;
+                };
+                (key, Entry::Malformed(malformed, sequence))
+            }
+        };
+        if let Some(group) = groups.iter_mut().find(|group| group.key == key) {
+            group.entries.push(entry);
+        } else {
+            // Lambda sends one shard per batch: the first group is sized for the rest of the
+            // batch at once. Growing it record by record would reallocate it a dozen times for
+            // 10,000 records, and each large allocation makes glibc's malloc consolidate every
+            // small block the event's parsing just freed.
+            let capacity = if groups.is_empty() { total - index } else { 1 };
+            let mut entries = Vec::with_capacity(capacity);
+            entries.push(entry);
+            groups.push(ShardBatch { key, entries });
+        }
+    }
+    (groups, orphans, unreportable)
+}
+
+impl ShardBatch {
+    /// Whether the group holds an entry from the first malformed record on, which stops it.
+    fn stops_after_malformed(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|entry| matches!(entry, Entry::Malformed(..) | Entry::AfterMalformed(_)))
+    }
+}
+
+/// `report` with the first of `entries` reported and every other one not attempted: the shard
+/// does nothing.
+pub(crate) fn stop_all(
+    mut report: ShardReport,
+    entries: &[Entry],
+    reason: StopReason,
+) -> ShardReport {
+    report.records.extend(
+        entries
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| RecordReport {
+                position: entry.position(),
+                disposition: if index == 0 {
+                    Disposition::Reported
+                } else {
+                    Disposition::NotAttempted
+                },
+            }),
+    );
+    report.stopped = entries
+        .first()
+        .map(|entry| (entry.sequence().clone(), reason));
+    report
+}

@@ -1,0 +1,143 @@
+//! One invocation as the engine sees it: who it is (the lease owner), how long it has, and the
+//! lease it holds on a shard.
+//!
+//! Every decision that reads the clock against the deadline or the lease goes through these two
+//! types, so the shard mode, the dispatchers and the attempt runner agree on when to stop.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lambda_runtime::Context;
+
+use crate::store::memory::{millis, now_millis};
+
+/// 2001-09-09 in epoch milliseconds: every real deadline is later.
+const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
+
+/// This invocation's identity and deadline.
+pub(crate) struct Invocation {
+    pub(crate) owner: String,
+    /// When the batch arrived, epoch milliseconds.
+    started: u64,
+    /// Epoch milliseconds; `None` when the context has none (a test's default context).
+    deadline: Option<u64>,
+}
+
+impl Invocation {
+    pub(crate) fn new(context: &Context) -> Self {
+        // Lambda's request ids are unique; a context without one (a test's) still needs an owner
+        // no other invocation shares, or two of them would both hold the lease.
+        static LOCAL: AtomicU64 = AtomicU64::new(0);
+        let request = if context.request_id.is_empty() {
+            format!(
+                "local-{}-{}",
+                std::process::id(),
+                LOCAL.fetch_add(1, Ordering::Relaxed)
+            )
+        } else {
+            context.request_id.clone()
+        };
+        let function = &context.env_config.function_name;
+        let started = now_millis();
+        Self {
+            started,
+            owner: if function.is_empty() {
+                request
+            } else {
+                format!("{function}:{request}")
+            },
+            deadline: match context.deadline {
+                0 => None,
+                // `cargo lambda watch` (1.9) sends its timeout, not an epoch deadline. A value
+                // before 2001 cannot be a deadline: read it as the time left from now.
+                relative if relative < PLAUSIBLE_EPOCH_MILLIS => {
+                    Some(started.saturating_add(relative))
+                }
+                deadline => Some(deadline),
+            },
+        }
+    }
+
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        self.time_left_at(now_millis())
+    }
+
+    /// The time left at `now` (epoch milliseconds), for a caller that has read the clock.
+    pub(crate) fn time_left_at(&self, now: u64) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(now)))
+    }
+
+    /// Whether a record started at `started` (epoch milliseconds) had at least half of the
+    /// invocation's time: only then is a run into the deadline the record's own fault.
+    pub(crate) fn had_fair_share(&self, started: u64) -> bool {
+        self.deadline.is_none_or(|deadline| {
+            let budget = deadline.saturating_sub(self.started);
+            deadline.saturating_sub(started) >= budget / 2
+        })
+    }
+
+    /// A lease outlives the invocation that holds it by the clock-skew margin at most: an
+    /// invocation that dies blocks its shard that long past its deadline, and the local view of
+    /// the lease (which ends a margin early) lasts to the deadline.
+    pub(crate) fn lease_ttl(&self, wanted: Duration, skew: Duration) -> Duration {
+        self.time_left().map_or(wanted, |left| {
+            wanted.min(left + skew).max(Duration::from_millis(1))
+        })
+    }
+}
+
+/// The lease as dispatch sees it: lost when a renew was refused or when it lapsed without one.
+///
+/// The store's expiry is the writer's clock at the request plus the TTL, and a rival judges it
+/// by its own clock: the local view counts from the moment the request was *sent* and ends a
+/// skew margin early, so it never outlives the stored lease, however slow the answer or the
+/// gate, and whichever sandbox's clock runs ahead.
+pub(crate) struct LeaseWatch {
+    pub(crate) ttl: Duration,
+    skew: u64,
+    lost: AtomicBool,
+    lapses_at: AtomicU64,
+}
+
+impl LeaseWatch {
+    /// A lease that never lapses (the partition-key mode holds none).
+    pub(crate) fn new(ttl: Duration) -> Self {
+        Self::starting_at(now_millis(), ttl, Duration::ZERO)
+    }
+
+    /// A lease for `ttl` whose claim was sent at `sent` (epoch milliseconds).
+    pub(crate) fn starting_at(sent: u64, ttl: Duration, skew: Duration) -> Self {
+        let skew = millis(skew);
+        Self {
+            ttl,
+            skew,
+            lost: AtomicBool::new(false),
+            lapses_at: AtomicU64::new(Self::lapse(sent, ttl, skew)),
+        }
+    }
+
+    fn lapse(sent: u64, ttl: Duration, skew: u64) -> u64 {
+        sent.saturating_add(millis(ttl)).saturating_sub(skew)
+    }
+
+    /// The margin the local view ends early by.
+    pub(crate) fn skew(&self) -> Duration {
+        Duration::from_millis(self.skew)
+    }
+
+    /// A renew sent at `sent` (epoch milliseconds) was granted for `ttl`.
+    pub(crate) fn renewed(&self, sent: u64, ttl: Duration) {
+        self.lapses_at
+            .store(Self::lapse(sent, ttl, self.skew), Ordering::Relaxed);
+    }
+
+    pub(crate) fn fence(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the lease is lost at `now` (epoch milliseconds).
+    pub(crate) fn lost_at(&self, now: u64) -> bool {
+        self.lost.load(Ordering::Relaxed) || now >= self.lapses_at.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,122 @@
+//! One invocation, from the parsed event to the report: claim, gate, dedupe, dispatch, dead
+//! letters, checkpoint, answer.
+//!
+//! Lambda's event source mapping delivers a shard's records at least once, retries from the
+//! lowest sequence number a function reports, and reads nothing but that report. The engine
+//! turns those rules into effectively-once processing. Data flows one way through its files,
+//! each importing only those before it:
+//!
+//! | file | what it does |
+//! |---|---|
+//! | `settings` | what a processor runs with, and the defaults |
+//! | `batch` | the event's records grouped by shard, KPL aggregates unpacked |
+//! | `invocation` | the invocation's owner and deadline, the lease as dispatch sees it |
+//! | `attempt` | the shared attempt runner: one record, guarded, failures and dead letters |
+//! | `ordered` | sequential dispatch |
+//! | [`keyed`] | per-key dispatch |
+//! | `recovery` | records the mapping skipped, read and put before the batch |
+//! | `shard` | the shard mode: lease, gate, keep-alive, one checkpoint write |
+//! | [`partition_key`] | the partition-key mode: a row per key |
+//!
+//! Every dispatcher runs a record through the one attempt runner, so a record is treated alike
+//! whichever mode and dispatcher run it; none of them sees the builder
+//! ([`Processor`](crate::Processor)), which only fills in the settings.
+
+mod attempt;
+mod batch;
+mod invocation;
+pub mod keyed;
+mod ordered;
+pub mod partition_key;
+mod recovery;
+mod settings;
+mod shard;
+
+use aws_lambda_events::event::kinesis::KinesisEvent;
+use lambda_runtime::Context;
+use tracing::Instrument;
+
+pub(crate) use settings::Settings;
+pub use settings::{
+    DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_LEASE_TTL, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_DONE_ABOVE, Mode,
+};
+
+use self::batch::{ShardBatch, deaggregate, group};
+use self::invocation::Invocation;
+use crate::handler::Handler;
+use crate::record::{MalformedRecord, parse_event};
+use crate::report::{BatchReport, ShardReport, StopReason};
+
+/// Runs one batch: parses and groups it, runs each shard's records in the processor's mode, and
+/// reports every record. Also returns the first malformed record without a usable sequence
+/// number that no report covers: the whole batch must fail from it.
+pub(crate) async fn run<H: Handler>(
+    settings: &Settings<H>,
+    mut event: KinesisEvent,
+    context: &Context,
+) -> (BatchReport, Option<MalformedRecord>) {
+    let started = settings.meter.as_ref().map(|meter| meter.begin());
+    let invocation = Invocation::new(context);
+    tracing::debug!(
+        owner = invocation.owner,
+        deadline = context.deadline,
+        time_left_ms = invocation.time_left().map(|left| left.as_millis()),
+        "batch received"
+    );
+    let (mut groups, orphans, unreportable) = group(parse_event(&mut event));
+    if settings.deaggregate {
+        for group in &mut groups {
+            group.entries = deaggregate(std::mem::take(&mut group.entries));
+        }
+    }
+    let mut report = BatchReport::default();
+    let shards = async {
+        let mut shards = Vec::with_capacity(groups.len());
+        for group in groups {
+            let span = tracing::info_span!(
+                "shard",
+                stream = group.key.stream(),
+                shard = group.key.shard(),
+                records = group.entries.len(),
+            );
+            shards.push(
+                run_shard(settings, group, &invocation)
+                    .instrument(span)
+                    .await,
+            );
+        }
+        shards
+    };
+    // Metered, the invocation counts its own requests and checkpoint latencies, apart from
+    // others this process runs at the same time (Lambda Managed Instances).
+    report.shards = match (&settings.meter, &started) {
+        (Some(meter), Some(started)) => meter.scope(started, shards).await,
+        _ => shards.await,
+    };
+    for malformed in orphans {
+        tracing::error!(%malformed, "reporting a record of unknown stream and shard");
+        let sequence = malformed
+            .reportable_sequence()
+            .expect("orphans are reportable");
+        report
+            .orphans
+            .push((sequence, StopReason::Malformed(malformed.to_string())));
+    }
+    if let (Some(meter), Some(started)) = (&settings.meter, &started) {
+        meter.end(started, &report);
+    }
+    (report, unreportable)
+}
+
+/// One shard's records, in the processor's mode.
+async fn run_shard<H: Handler>(
+    settings: &Settings<H>,
+    group: ShardBatch,
+    invocation: &Invocation,
+) -> ShardReport {
+    match settings.mode {
+        Mode::Shard => shard::run_shard(settings, group, invocation).await,
+        Mode::PartitionKey => partition_key::run_shard(settings, group, invocation).await,
+    }
+}

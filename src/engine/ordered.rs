@@ -1,0 +1,74 @@
+//! Sequential dispatch: a shard's pending records through the handler one at a time, in
+//! order, until the first that is not done; and what any dispatch returns.
+//!
+//! The default (`concurrency` 1). [`keyed`](super::keyed) is the per-key alternative and fills
+//! in the same [`Dispatched`], which the shard mode's checkpoint write reads.
+
+use super::attempt::{Failing, Runner};
+use super::batch::Entry;
+use crate::handler::Handler;
+use crate::report::{Disposition, StopReason};
+use crate::sequence::Position;
+use crate::store::{FailingChange, FailingRecord};
+
+/// The result of dispatching the pending records.
+pub(crate) struct Dispatched {
+    /// One per pending record.
+    pub(crate) dispositions: Vec<Disposition>,
+    /// The position below which (inclusive) every pending record is done.
+    pub(crate) done_through: Option<Position>,
+    /// The index of the record to report, and why.
+    pub(crate) stopped: Option<(usize, StopReason)>,
+    /// What to remember of the record that failed.
+    pub(crate) failing: FailingChange,
+    /// Records done above `done_through`, in order (per-key concurrency only).
+    pub(crate) done_above: Vec<Position>,
+}
+
+/// Runs the handler over `pending` in order until a record is not done, dead-lettering the
+/// records that can never be, and skipping those the row remembers as done above the
+/// checkpoint. With per-key concurrency, [`keyed::dispatch`](super::keyed::dispatch) does it.
+pub(crate) async fn dispatch<H: Handler>(
+    runner: &Runner<'_, H>,
+    pending: &[Entry],
+    failing: Option<FailingRecord>,
+    done_above: &[Position],
+) -> Dispatched {
+    let mut failing = Failing {
+        known: failing,
+        change: FailingChange::Keep,
+    };
+    let mut dispositions = vec![Disposition::NotAttempted; pending.len()];
+    // Every record before `index` is done: the position below which all are done is the
+    // previous record's, taken once at the end rather than cloned for every record.
+    let done_before = |index: usize| index.checked_sub(1).map(|last| pending[last].position());
+    for (index, entry) in pending.iter().enumerate() {
+        // Only a row written under per-key concurrency remembers records done above its
+        // checkpoint; without them, no position needs building to look one up.
+        if !done_above.is_empty() && done_above.binary_search(&entry.position()).is_ok() {
+            dispositions[index] = Disposition::Duplicate;
+            continue;
+        }
+        match runner.attempt(entry, &mut failing).await {
+            Ok(disposition) => dispositions[index] = disposition,
+            Err(reason) => {
+                tracing::warn!(sequence = %entry.sequence(), %reason, "the record is not done; stopping");
+                dispositions[index] = Disposition::Reported;
+                return Dispatched {
+                    dispositions,
+                    done_through: done_before(index),
+                    stopped: Some((index, reason)),
+                    failing: failing.change,
+                    done_above: Vec::new(),
+                };
+            }
+        }
+    }
+    Dispatched {
+        dispositions,
+        done_through: done_before(pending.len()),
+        stopped: None,
+        failing: failing.change,
+        done_above: Vec::new(),
+    }
+}

@@ -1,0 +1,440 @@
+//! The shard mode (`ParallelizationFactor` 1): one lease and one checkpoint per shard.
+//!
+//! One shard's records, in order: claim the lease and read the row in one request, pass the
+//! [gate](crate::gate), recover what the mapping skipped ([`recovery`](super::recovery)),
+//! dedupe against the checkpoint, dispatch (in order or per key) while the lease is kept alive,
+//! and write the checkpoint, the failing record and the release in one conditional write.
+
+use std::time::Duration;
+
+use super::attempt::Runner;
+use super::batch::{Entry, ShardBatch, prior, settled, stop_all};
+use super::invocation::{Invocation, LeaseWatch};
+use super::keyed;
+use super::ordered::{self, Dispatched};
+use super::recovery::{self, Recovery, recover};
+use super::settings::Settings;
+use crate::handler::Handler;
+use crate::key::LeaseKey;
+use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::sequence::Position;
+use crate::store::memory::now_millis;
+use crate::store::{Below, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
+
+/// Claim, dedupe, dispatch, checkpoint and release one shard's records.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the steps of one invocation, in order, clearer in one place"
+)]
+pub(crate) async fn run_shard<H: Handler>(
+    settings: &Settings<H>,
+    group: ShardBatch,
+    invocation: &Invocation,
+) -> ShardReport {
+    let ShardBatch { key, entries } = group;
+    let owner = invocation.owner.as_str();
+    let skew = settings.clock_skew.min(settings.lease_ttl / 3);
+    let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
+    let report = ShardReport::empty(key.clone(), entries.len());
+    let first = entries.first().map(Entry::position);
+
+    // The stored expiry is counted from when the claim was sent, not from its answer: the
+    // local view of the lease starts there too, and lapses a skew margin early.
+    let lease = LeaseWatch::starting_at(now_millis(), ttl, skew);
+    let state = match claim(settings, &key, owner, ttl, first.as_ref()).await {
+        Ok(state) => state,
+        Err(reason) => return stop_all(report, &entries, reason),
+    };
+    // The gate may read Kinesis for a while: the lease is renewed meanwhile, and a gate that
+    // outlasts it leaves nothing dispatched.
+    let gated = tokio::select! {
+        biased;
+        gated = pass_gate(settings, &key, owner, &state, first.as_ref()) => gated,
+        () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+    };
+    let (checkpoint, parent_shards) = match gated {
+        Ok(gated) => gated,
+        Err(reason) => return stop_all(report, &entries, reason),
+    };
+
+    // Records the mapping skipped run first; `recovered` of the entries are theirs, and
+    // dispatch stops before `cut` (a record not read yet) when the range was read in part.
+    // Reading them may take a while: the lease is renewed meanwhile.
+    let recovering = recover_or_release(
+        settings,
+        (&key, owner),
+        (&state, checkpoint.as_ref()),
+        parent_shards,
+        entries,
+        invocation,
+        report,
+    );
+    let recovered = tokio::select! {
+        biased;
+        recovered = recovering => recovered,
+        () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+    };
+    let (recovery, parent_shards, mut report) = match recovered {
+        Ok(recovered) => recovered,
+        Err(stopped) => return stopped,
+    };
+    let Recovery {
+        entries,
+        recovered,
+        cut,
+        gap,
+    } = recovery;
+    report.gap = gap;
+
+    // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
+    let done_before = |entry: &Entry| {
+        checkpoint
+            .as_ref()
+            .is_some_and(|c| entry.cmp_position(c).is_le())
+    };
+    let skipped = entries
+        .iter()
+        .take_while(|entry| done_before(entry))
+        .count();
+    let (duplicates, pending) = entries.split_at(skipped);
+    let mut records: Vec<RecordReport> = duplicates
+        .iter()
+        .map(|entry| RecordReport {
+            position: entry.position(),
+            disposition: Disposition::Duplicate,
+        })
+        .collect();
+    if skipped > 0 {
+        tracing::info!(skipped, "skipped records at or below the checkpoint");
+    }
+    let runnable = cut.map_or(pending.len(), |cut| cut.saturating_sub(skipped));
+
+    // Dispatch, with the lease renewed in the background while it runs.
+    let runner = Runner {
+        settings,
+        invocation,
+        lease: &lease,
+    };
+    let failing = state.failing.clone();
+    let dispatching = async {
+        let pending = &pending[..runnable];
+        if settings.max_in_flight > 1 {
+            let limits = keyed::Limits {
+                by_routing_key: false,
+                max_in_flight: settings.max_in_flight,
+                max_done_above: settings.max_done_above,
+            };
+            keyed::dispatch(&runner, pending, failing, &state.done_above, limits).await
+        } else {
+            ordered::dispatch(&runner, pending, failing, &state.done_above).await
+        }
+    };
+    let mut dispatched = tokio::select! {
+        biased;
+        dispatched = dispatching => dispatched,
+        () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+    };
+    if runnable < pending.len() {
+        recovery::stop_at_unread(&mut dispatched, runnable, pending.len());
+    }
+
+    // Checkpoint and release in one conditional write. An aggregate whose last sub-record
+    // is done is checkpointed whole: `checkpoint` names records done whole, and a parent
+    // ending in it is then exhausted at it.
+    let progress = dispatched
+        .done_through
+        .clone()
+        .map(|done| settled(&entries, done))
+        .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
+    let below = progress.as_ref().map_or(Below::Keep, |progress| {
+        Below::of(progress, prior(&entries, progress), &state)
+    });
+    let done_above = keyed::remembered(
+        &state.done_above,
+        &dispatched.done_above,
+        progress.as_ref().or(checkpoint.as_ref()),
+    );
+    let remember = crate::gap::after_run(
+        &state,
+        progress.as_ref().or(checkpoint.as_ref()),
+        dispatched
+            .stopped
+            .as_ref()
+            .map(|(index, _)| pending[*index].position()),
+    );
+    let (dispositions, stopped) = commit(
+        settings.store.as_ref(),
+        &key,
+        owner,
+        (progress.as_ref(), below),
+        (parent_shards, remember),
+        done_above,
+        dispatched,
+    )
+    .await;
+    if stopped
+        .as_ref()
+        .is_none_or(|(_, reason)| !reason.is_checkpoint_failure())
+    {
+        report.checkpoint = progress;
+    }
+
+    records.extend(
+        pending
+            .iter()
+            .zip(&dispositions)
+            .map(|(entry, disposition)| RecordReport {
+                position: entry.position(),
+                disposition: *disposition,
+            }),
+    );
+    let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
+    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
+        let sequence = entries[index].sequence().clone();
+        tracing::info!(%sequence, %reason, "reporting the first record not done");
+        report.stopped = Some((sequence, reason));
+    }
+    report
+}
+
+/// Claims the shard's lease and reads its row in one request; or says why nothing may run,
+/// the lease released.
+async fn claim<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    owner: &str,
+    ttl: Duration,
+    attempting: Option<&Position>,
+) -> Result<LeaseState, StopReason> {
+    let state = match settings
+        .store
+        .acquire_and_read(key, owner, ttl, attempting)
+        .await
+    {
+        Ok(Claim::Acquired(state)) => state,
+        Ok(Claim::Held(state)) => {
+            let owner = state.lease_owner.clone();
+            tracing::warn!(
+                holder = owner.as_deref().unwrap_or("unknown"),
+                "another invocation holds the shard's lease; processing nothing"
+            );
+            // The holder may be an invocation whose release did not land: should the mapping
+            // give up on this batch meanwhile, the next one must find the gap.
+            // The lowest batch turned away counts, so an older mark still above the
+            // checkpoint is kept.
+            let done = state.position().ok().flatten();
+            let older = state.contended.as_ref().filter(|contended| {
+                done.as_ref().is_none_or(|done| *contended > done)
+                    && attempting.is_some_and(|first| *contended <= first)
+            });
+            if let (Some(first), None) = (attempting, older)
+                && let Err(error) = settings.store.mark_contended(key, first).await
+            {
+                tracing::warn!(%error, "could not remember the batch turned away");
+            }
+            return Err(StopReason::LeaseHeld { owner });
+        }
+        Err(error) => {
+            tracing::error!(%error, "could not claim the shard's lease; processing nothing");
+            release(
+                settings.store.as_ref(),
+                key,
+                owner,
+                Vec::new(),
+                ReportedChange::Keep,
+            )
+            .await;
+            return Err(StopReason::Store(error.to_string()));
+        }
+    };
+    Ok(state)
+}
+
+/// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its
+/// parents are finished. Returns the checkpoint and the parents just learnt; or why nothing
+/// may run, the lease released.
+async fn pass_gate<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    owner: &str,
+    state: &LeaseState,
+    first: Option<&Position>,
+) -> Result<(Option<Position>, Vec<String>), StopReason> {
+    let checkpoint = match state.position() {
+        Ok(checkpoint) => checkpoint,
+        Err(error) => {
+            tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+            release(
+                settings.store.as_ref(),
+                key,
+                owner,
+                Vec::new(),
+                ReportedChange::Keep,
+            )
+            .await;
+            return Err(StopReason::BadCheckpoint(error.to_string()));
+        }
+    };
+    let Some(gate) = &settings.gate else {
+        return Ok((checkpoint, Vec::new()));
+    };
+    let verdict = gate.check(settings.store.as_ref(), key, state).await;
+    if let Some(held) = verdict.held {
+        tracing::warn!(%held, "holding the shard back until its parents are finished");
+        // The row remembers the held batch: if the mapping gives up on it, the batch after
+        // it is caught as a gap once the parents are finished.
+        let remember = crate::gap::nothing_ran(state, checkpoint.as_ref(), first);
+        release(
+            settings.store.as_ref(),
+            key,
+            owner,
+            verdict.learnt_parents,
+            remember,
+        )
+        .await;
+        return Err(StopReason::Held(held));
+    }
+    Ok((checkpoint, verdict.learnt_parents))
+}
+
+/// Releases the lease without progress (keeping the parents just learnt); a failure only
+/// means the lease lapses by itself.
+pub(crate) async fn release(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    owner: &str,
+    parent_shards: Vec<String>,
+    reported: ReportedChange,
+) {
+    let release = Commit {
+        parent_shards,
+        reported,
+        ..Commit::default()
+    };
+    if let Err(error) = store.commit(key, owner, &release).await {
+        tracing::warn!(%error, "could not release the lease; it lapses by itself");
+    }
+}
+
+/// Writes `progress` and what to remember of the failing record, and releases the lease, in
+/// one write. When the write is refused or fails, the
+/// records processed here are not recorded: they are marked so and the first of them is
+/// reported, since Lambda must deliver them again.
+async fn commit(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    owner: &str,
+    (progress, below): (Option<&Position>, Below),
+    (parent_shards, reported): (Vec<String>, ReportedChange),
+    done_above: Option<Vec<Position>>,
+    dispatched: Dispatched,
+) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
+    let Dispatched {
+        mut dispositions,
+        stopped,
+        failing,
+        ..
+    } = dispatched;
+    let commit = Commit {
+        checkpoint: progress.cloned(),
+        below,
+        failing,
+        parent_shards,
+        done_above,
+        reported,
+    };
+    let reason = match store.commit(key, owner, &commit).await {
+        Ok(true) => return (dispositions, stopped),
+        Ok(false) => StopReason::CheckpointFenced,
+        Err(error) => StopReason::CheckpointFailed(error.to_string()),
+    };
+    if progress.is_none()
+        && !dispositions
+            .iter()
+            .copied()
+            .any(Disposition::runs_again_unrecorded)
+    {
+        tracing::warn!(%reason, "could not release the lease; it lapses by itself");
+        return (dispositions, stopped);
+    }
+    tracing::error!(
+        stream = key.stream(),
+        shard = key.shard(),
+        checkpoint = progress.map(tracing::field::display),
+        %reason,
+        "could not checkpoint; reporting from the first record processed in this invocation"
+    );
+    // A record dead-lettered here is in the sink, but with the checkpoint behind it Lambda
+    // would move past it while the row never does: a closed shard would never be found
+    // exhausted and its children would wait forever. It is reported like a processed one,
+    // and dead-lettered again on redelivery.
+    let mut first = None;
+    for (index, disposition) in dispositions.iter_mut().enumerate() {
+        if disposition.runs_again_unrecorded() {
+            *disposition = Disposition::Uncheckpointed;
+            first.get_or_insert(index);
+        }
+    }
+    // Under per-key concurrency a record that failed may lie below the first one processed:
+    // the lower of the two is reported, or Lambda would skip it.
+    let stopped = match (first, stopped) {
+        (Some(first), Some((index, stop))) if index < first => Some((index, stop)),
+        (Some(first), _) => Some((first, reason)),
+        (None, stopped) => stopped,
+    };
+    (dispositions, stopped)
+}
+
+/// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
+/// lets it lapse (as far as dispatch is concerned) when renewals keep failing.
+async fn keep_alive(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    owner: &str,
+    invocation: &Invocation,
+    lease: &LeaseWatch,
+) {
+    loop {
+        tokio::time::sleep(lease.ttl / 3).await;
+        let ttl = invocation.lease_ttl(lease.ttl, lease.skew());
+        let sent = now_millis();
+        match store.renew(key, owner, ttl).await {
+            Ok(true) => lease.renewed(sent, ttl),
+            Ok(false) => {
+                tracing::error!(
+                    stream = key.stream(),
+                    shard = key.shard(),
+                    "the lease was taken by another owner; stopping dispatch"
+                );
+                lease.fence();
+                std::future::pending::<()>().await;
+            }
+            Err(error) => tracing::warn!(%error, "could not renew the lease; retrying"),
+        }
+    }
+}
+
+/// Finds and reads the range the mapping skipped before `entries` (see [`recover`](super::recovery::recover)); when
+/// nothing may run, releases the lease, remembering the batch, and returns the shard's report,
+/// stopped. Otherwise the recovery and the parents to write with the checkpoint.
+async fn recover_or_release<H>(
+    settings: &Settings<H>,
+    (key, owner): (&LeaseKey, &str),
+    (state, checkpoint): (&LeaseState, Option<&Position>),
+    parent_shards: Vec<String>,
+    entries: Vec<Entry>,
+    invocation: &Invocation,
+    mut report: ShardReport,
+) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
+    let first = entries.first().map(Entry::position);
+    match recover(settings, key, state, checkpoint, entries, invocation).await {
+        Ok(recovery) => Ok((recovery, parent_shards, report)),
+        Err(unrecovered) => {
+            let (entries, gap, reason) = *unrecovered;
+            let remember = crate::gap::nothing_ran(state, checkpoint, first.as_ref());
+            release(settings.store.as_ref(), key, owner, parent_shards, remember).await;
+            report.gap = Some(gap);
+            Err(stop_all(report, &entries, reason))
+        }
+    }
+}
