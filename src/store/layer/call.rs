@@ -6,7 +6,7 @@ use crate::key::LeaseKey;
 use crate::sequence::Position;
 use crate::store::checkpoints::{Commit, KeyCommit};
 
-/// Which operation a [`Call`] is: a method of [`CheckpointStore`] or of [`LeaseStore`].
+/// Which operation a [`Call`] is: a method of [`CheckpointStore`](crate::store::CheckpointStore) or of [`LeaseStore`](crate::store::LeaseStore).
 ///
 /// ```
 /// use kinesis_checkpoint::store::Operation;
@@ -16,27 +16,27 @@ use crate::store::checkpoints::{Commit, KeyCommit};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
-    /// [`LeaseStore::acquire`].
+    /// [`LeaseStore::acquire`](crate::store::LeaseStore::acquire).
     Acquire,
-    /// [`CheckpointStore::renew`] or [`LeaseStore::renew`].
+    /// [`CheckpointStore::renew`](crate::store::CheckpointStore::renew) or [`LeaseStore::renew`](crate::store::LeaseStore::renew).
     Renew,
-    /// [`LeaseStore::checkpoint`].
+    /// [`LeaseStore::checkpoint`](crate::store::LeaseStore::checkpoint).
     Checkpoint,
-    /// [`CheckpointStore::read`] or [`LeaseStore::read`].
+    /// [`CheckpointStore::read`](crate::store::CheckpointStore::read) or [`LeaseStore::read`](crate::store::LeaseStore::read).
     Read,
-    /// [`LeaseStore::release`].
+    /// [`LeaseStore::release`](crate::store::LeaseStore::release).
     Release,
-    /// [`CheckpointStore::acquire_and_read`].
+    /// [`CheckpointStore::acquire_and_read`](crate::store::CheckpointStore::acquire_and_read).
     AcquireAndRead,
-    /// [`CheckpointStore::commit`].
+    /// [`CheckpointStore::commit`](crate::store::CheckpointStore::commit).
     Commit,
-    /// [`CheckpointStore::finish`].
+    /// [`CheckpointStore::finish`](crate::store::CheckpointStore::finish).
     Finish,
-    /// [`CheckpointStore::read_rows`].
+    /// [`CheckpointStore::read_rows`](crate::store::CheckpointStore::read_rows).
     ReadRows,
-    /// [`CheckpointStore::commit_rows`].
+    /// [`CheckpointStore::commit_rows`](crate::store::CheckpointStore::commit_rows).
     CommitRows,
-    /// [`CheckpointStore::mark_contended`].
+    /// [`CheckpointStore::mark_contended`](crate::store::CheckpointStore::mark_contended).
     MarkContended,
 }
 
@@ -54,7 +54,7 @@ impl Operation {
     }
 }
 
-/// One call on its way through a [`Layer`]: the operation and what it carries.
+/// One call on its way through a [`Layer`](crate::store::Layer): the operation and what it carries.
 ///
 /// Its accessors answer `None` (or an empty list) for what the operation does not carry.
 ///
@@ -245,7 +245,7 @@ impl<'a> Call<'a> {
         self
     }
 
-    /// The write of [`CheckpointStore::commit`].
+    /// The write of [`CheckpointStore::commit`](crate::store::CheckpointStore::commit).
     #[must_use]
     pub const fn commit(&self) -> Option<&'a Commit> {
         match self.args {
@@ -254,7 +254,7 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The writes of [`CheckpointStore::commit_rows`]; empty for every other call.
+    /// The writes of [`CheckpointStore::commit_rows`](crate::store::CheckpointStore::commit_rows); empty for every other call.
     #[must_use]
     pub const fn key_commits(&self) -> &'a [KeyCommit] {
         match self.args {
@@ -273,7 +273,7 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The sequence number [`LeaseStore::checkpoint`] writes.
+    /// The sequence number [`LeaseStore::checkpoint`](crate::store::LeaseStore::checkpoint) writes.
     #[must_use]
     pub const fn sequence(&self) -> Option<&'a str> {
         match self.args {
@@ -282,7 +282,7 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// What [`CheckpointStore::finish`] expects the checkpoint to be, and its `expires_at`.
+    /// What [`CheckpointStore::finish`](crate::store::CheckpointStore::finish) expects the checkpoint to be, and its `expires_at`.
     #[must_use]
     pub const fn finish(&self) -> Option<(Option<&'a str>, u64)> {
         match self.args {
