@@ -20,7 +20,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::sequence::{SequenceError, SequenceNumber};
 

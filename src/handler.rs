@@ -13,8 +13,8 @@ use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 
-use crate::lease::BoxFuture;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// The error a handler reports with a failed record.
 pub type HandlerError = Box<dyn StdError + Send + Sync>;
@@ -218,7 +218,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::LeaseKey;
+    use crate::key::LeaseKey;
 
     fn record(data: &'static str) -> Record {
         Record::new(

@@ -28,9 +28,8 @@
 //! | [`event`] | Lambda's Kinesis event ([`LambdaKinesisEvent`]), read into records; [`MalformedRecord`] |
 //! | [`kpl`] | KPL aggregates unpacked into their user records: [`deaggregate`] (always built) |
 //! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
-//! | [`lease`] | [`LeaseKey`], [`LeaseState`], the [`LeaseStore`] trait, [`SHARD_END`] |
-//! | [`memory`] | [`MemoryLeaseStore`], the embedded store |
-//! | `dynamo` | [`DynamoLeaseStore`], the `DynamoDB` store (feature `dynamodb`) |
+//! | [`key`] | [`LeaseKey`], the name a row lives under |
+//! | [`store`] | the seed's [`LeaseStore`], the engine's [`CheckpointStore`], the adapter [`SeedStore`], [`Layered`] wrappers, [`MemoryLeaseStore`], [`DynamoLeaseStore`] (feature `dynamodb`) |
 //! | `aws_error` | an AWS SDK error as one short line: the service's code and message (features `dynamodb`, `kinesis`, `sqs`) |
 //! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
 //! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
@@ -66,25 +65,21 @@
 #[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
 pub mod aws_error;
 pub mod dead_letter;
-#[cfg(feature = "dynamodb")]
-pub mod dynamo;
 mod engine;
 pub mod event;
 pub mod gap;
 pub mod gate;
 pub mod handler;
-mod key_row;
+pub mod key;
 pub mod kpl;
-pub mod lease;
 #[cfg(feature = "local")]
 pub mod local;
-pub mod memory;
 pub mod metrics;
 pub mod processor;
 pub mod record;
 pub mod report;
-mod row;
 pub mod sequence;
+pub mod store;
 
 pub use engine::{keyed, partition_key};
 
@@ -93,21 +88,21 @@ pub use dead_letter::{
 };
 #[cfg(feature = "sqs")]
 pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
-#[cfg(feature = "dynamodb")]
-pub use dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
 pub use event::{LambdaKinesisEvent, MalformedReason, MalformedRecord};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
+pub use key::LeaseKey;
 pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
-pub use lease::{
-    Below, BoxFuture, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseError, LeaseKey,
-    LeaseState, LeaseStore, ReportedChange, SHARD_END,
-};
-pub use memory::MemoryLeaseStore;
 pub use partition_key::Mode;
 pub use processor::{ProcessError, Processor};
 pub use record::{PayloadError, Record};
 pub use report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
-pub use sequence::{Position, SequenceError, SequenceNumber};
+pub use sequence::{Position, SHARD_END, SequenceError, SequenceNumber};
+#[cfg(feature = "dynamodb")]
+pub use store::dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
+pub use store::{
+    Below, BoxFuture, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit,
+    Layered, LeaseError, LeaseState, LeaseStore, MemoryLeaseStore, ReportedChange, SeedStore,
+};
 
 /// The names a Lambda function needs, in one `use`.
 ///
@@ -121,7 +116,10 @@ pub mod prelude {
     pub use crate::DynamoLeaseStore;
     #[cfg(feature = "sqs")]
     pub use crate::SqsDeadLetters;
-    pub use crate::{Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record, json};
+    pub use crate::{
+        CheckpointStore, Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record,
+        SeedStore, json,
+    };
 }
 
 /// The README's examples, compiled as doctests so they cannot rot.

@@ -8,24 +8,21 @@
 //! with no request and no extra latency.
 //!
 //! The counts come from the [`BatchReport`] of the invocation; the `DynamoDB` requests are the
-//! ones the store really sent ([`LeaseStore::requests`]), and the checkpoint latency is the
+//! ones the store really sent ([`CheckpointStore::requests`]), and the checkpoint latency is the
 //! measured time of each final write.
 //!
 //! [embedded metric format]: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::lease::{
-    BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore,
-};
 use crate::report::{BatchReport, Disposition, GapOutcome, StopReason};
-use crate::sequence::Position;
+use crate::store::metered::{self, Counters, Metered, Timed};
+use crate::store::{CheckpointStore, Layered};
 
 /// The `CloudWatch` namespace the metrics go to unless another is named.
 pub const DEFAULT_NAMESPACE: &str = "KinesisCheckpoint";
@@ -310,46 +307,17 @@ fn now_millis() -> u64 {
         })
 }
 
-/// The processor's side of the metrics: a store wrapper that times the final writes, and the
+/// The processor's side of the metrics: the store wrapped in the [`Timed`] layer, and the
 /// store's request count when the invocation began.
 ///
-/// One process may run several invocations at once (Lambda Managed Instances, or a test that
-/// calls one processor concurrently), so the figures are kept per invocation: the invocation
-/// runs inside [`scope`](Self::scope), where the checkpoint latencies and the requests of
-/// [`DynamoLeaseStore`](crate::DynamoLeaseStore) are counted into its own [`Counters`]. A store
-/// that counts its requests only in total ([`LeaseStore::requests`]) is measured by the
-/// difference between [`begin`](Self::begin) and [`end`](Self::end), which includes the requests
-/// of invocations that overlap.
+/// The invocation runs inside [`scope`](Self::scope), where the checkpoint latencies and the
+/// requests of [`DynamoLeaseStore`](crate::DynamoLeaseStore) are counted into its own counters
+/// (see `store::metered`). A store that counts its requests only in total
+/// ([`CheckpointStore::requests`]) is measured by the difference between [`begin`](Self::begin)
+/// and [`end`](Self::end), which includes the requests of invocations that overlap.
 pub(crate) struct Meter {
     metrics: Metrics,
     store: Arc<Metered>,
-}
-
-/// What one invocation counts while it runs.
-#[derive(Default)]
-pub(crate) struct Counters {
-    requests: AtomicU64,
-    latencies: Mutex<Vec<Duration>>,
-}
-
-tokio::task_local! {
-    /// The counters of the invocation being polled, whichever task polls it.
-    static INVOCATION: Arc<Counters>;
-}
-
-/// Counts one lease-table request for the invocation being polled, if it is metered.
-pub(crate) fn count_request() {
-    let _ = INVOCATION.try_with(|counters| counters.requests.fetch_add(1, Ordering::Relaxed));
-}
-
-fn record_latency(latency: Duration) {
-    let _ = INVOCATION.try_with(|counters| {
-        counters
-            .latencies
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(latency);
-    });
 }
 
 /// The store's request count at the start of an invocation, and the invocation's counters.
@@ -360,8 +328,11 @@ pub(crate) struct Started {
 
 impl Meter {
     /// Wraps `store`; the processor must use the returned store from now on.
-    pub(crate) fn new(metrics: Metrics, store: Arc<dyn LeaseStore>) -> (Self, Arc<dyn LeaseStore>) {
-        let metered = Arc::new(Metered { inner: store });
+    pub(crate) fn new(
+        metrics: Metrics,
+        store: Arc<dyn CheckpointStore>,
+    ) -> (Self, Arc<dyn CheckpointStore>) {
+        let metered: Arc<Metered> = Arc::new(Layered::new(store, Timed));
         let meter = Self {
             metrics,
             store: Arc::clone(&metered),
@@ -370,181 +341,46 @@ impl Meter {
     }
 
     /// The store the meter wraps.
-    pub(crate) fn inner(&self) -> Arc<dyn LeaseStore> {
-        Arc::clone(&self.store.inner)
+    pub(crate) fn inner(&self) -> Arc<dyn CheckpointStore> {
+        Arc::clone(self.store.inner())
     }
 
     pub(crate) fn begin(&self) -> Started {
         Started {
-            before: self.store.inner.requests(),
+            before: self.store.inner().requests(),
             counters: Arc::default(),
         }
     }
 
     /// Runs `work`, the invocation begun with `started`, counting into its own counters.
     pub(crate) async fn scope<F: Future>(&self, started: &Started, work: F) -> F::Output {
-        INVOCATION.scope(Arc::clone(&started.counters), work).await
+        metered::scope(Arc::clone(&started.counters), work).await
     }
 
     /// Emits the invocation's metrics.
     pub(crate) fn end(&self, started: &Started, report: &BatchReport) {
         let mut metrics = InvocationMetrics::from_report(report);
-        let counted = started.counters.requests.load(Ordering::Relaxed);
+        let counted = started.counters.requests();
         // Nothing counted: a store that counts only in total, or no request at all.
         metrics.dynamodb_requests = if counted > 0 {
             Some(counted)
         } else {
             started
                 .before
-                .zip(self.store.inner.requests())
+                .zip(self.store.inner().requests())
                 .map(|(before, after)| after.saturating_sub(before))
         };
-        metrics.checkpoint_latency = std::mem::take(
-            &mut *started
-                .counters
-                .latencies
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        metrics.checkpoint_latency = started.counters.take_latencies();
         self.metrics.emit(&metrics);
-    }
-}
-
-/// A store that times each [`commit`](LeaseStore::commit), the final checkpoint-and-release
-/// write, and forwards every call unchanged, so the inner store's one-request combinations stay
-/// one request.
-struct Metered {
-    inner: Arc<dyn LeaseStore>,
-}
-
-impl LeaseStore for Metered {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.acquire(key, owner, ttl)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.renew(key, owner, ttl)
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint(key, owner, sequence)
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.inner.read(key)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, owner)
-    }
-
-    fn acquire_and_read<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-        attempting: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
-        self.inner.acquire_and_read(key, owner, ttl, attempting)
-    }
-
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint_position(key, owner, position)
-    }
-
-    fn checkpoint_and_release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint_and_release(key, owner, position)
-    }
-
-    fn commit<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        commit: &'a Commit,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let written = self.inner.commit(key, owner, commit).await;
-            record_latency(started.elapsed());
-            written
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        expected: Option<&'a str>,
-        expires_at: u64,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.finish(key, expected, expires_at)
-    }
-
-    fn read_rows<'a>(
-        &'a self,
-        keys: &'a [LeaseKey],
-    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
-        self.inner.read_rows(keys)
-    }
-
-    fn commit_rows<'a>(
-        &'a self,
-        commits: &'a [KeyCommit],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
-        // The partition-key mode's checkpoint write: timed as `commit` is.
-        Box::pin(async move {
-            let started = Instant::now();
-            let written = self.inner.commit_rows(commits).await;
-            record_latency(started.elapsed());
-            written
-        })
-    }
-
-    fn requests(&self) -> Option<u64> {
-        self.inner.requests()
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.mark_contended(key, first)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::LeaseKey;
     use crate::report::{Held, RecordReport, ShardReport};
+    use crate::sequence::Position;
     use crate::sequence::SequenceNumber;
 
     fn seq(n: u64) -> SequenceNumber {

@@ -23,9 +23,9 @@ pub use crate::engine::{
 use crate::event::{LambdaKinesisEvent, MalformedRecord};
 use crate::gate::Gate;
 use crate::handler::Handler;
-use crate::lease::LeaseStore;
 use crate::metrics::{Meter, Metrics};
 pub use crate::report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
+use crate::store::CheckpointStore;
 
 /// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.
 ///
@@ -115,7 +115,7 @@ impl<H: Handler> Processor<H> {
     ///     Outcome::ack()
     /// });
     /// ```
-    pub fn new(store: Arc<dyn LeaseStore>, handler: H) -> Self {
+    pub fn new(store: Arc<dyn CheckpointStore>, handler: H) -> Self {
         Self {
             settings: Settings::new(store, handler),
         }

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber};
 
 /// One Kinesis record, as the handler receives it.

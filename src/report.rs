@@ -11,7 +11,7 @@ use std::fmt;
 
 use aws_lambda_events::event::streams::KinesisEventResponse;
 
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber, SkippedRange};
 
 /// What became of one record of the batch.

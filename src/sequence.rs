@@ -11,7 +11,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::lease::SHARD_END;
+/// The checkpoint value marking a shard fully consumed; its children may start.
+pub const SHARD_END: &str = "SHARD_END";
 
 /// The longest sequence number Kinesis issues, in digits.
 pub const MAX_DIGITS: usize = 129;

@@ -12,8 +12,8 @@ use base64::Engine;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, reported, sequence};
 use kinesis_checkpoint::{
-    DeadLetterReason, Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, MemoryDeadLetters,
-    MemoryLeaseStore, Outcome, Position, Processor, Record, StopReason,
+    DeadLetterReason, Disposition, DynamoLeaseStore, LeaseKey, MemoryDeadLetters, MemoryLeaseStore,
+    Outcome, Position, Processor, Record, StopReason,
 };
 use serde_json::{Value, json};
 

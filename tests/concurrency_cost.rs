@@ -11,7 +11,8 @@ use common::moto::{Moto, create_lease_table, unique};
 use common::{context, event, lambda_record, reported, sequence};
 use kinesis_checkpoint::partition_key::row_key;
 use kinesis_checkpoint::{
-    DynamoLeaseStore, KeyCommit, LeaseKey, LeaseStore, Mode, Outcome, Position, Processor, Record,
+    CheckpointStore, DynamoLeaseStore, KeyCommit, LeaseKey, Mode, Outcome, Position, Processor,
+    Record,
 };
 use serde_json::json;
 

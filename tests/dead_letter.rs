@@ -12,8 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, event, lambda_record, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::{
-    DynamoLeaseStore, LeaseKey, LeaseStore, Outcome, Processor, Record, SqsDeadLetters, StopReason,
-    redrive,
+    DynamoLeaseStore, LeaseKey, Outcome, Processor, Record, SqsDeadLetters, StopReason, redrive,
 };
 use serde_json::{Value, json};
 

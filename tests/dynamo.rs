@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::{
-    Claim, DynamoLeaseStore, LeaseKey, LeaseStore, Outcome, Position, Processor, Record,
-    StopReason, UnattributedLegacyRow,
+    CheckpointStore, Claim, DynamoLeaseStore, LeaseKey, LeaseStore, Outcome, Position, Processor,
+    Record, StopReason, UnattributedLegacyRow,
 };
 
 const TTL: Duration = Duration::from_mins(1);
@@ -145,14 +145,14 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
     let next = Position::record(sequence(41).parse().unwrap());
     assert!(
         !store
-            .checkpoint_and_release(&key, "b", Some(&next))
+            .commit(&key, "b", &common::checkpoint_at(Some(&next)))
             .await
             .unwrap(),
         "b is not the owner"
     );
     assert!(
         store
-            .checkpoint_and_release(&key, "a", Some(&next))
+            .commit(&key, "a", &common::checkpoint_at(Some(&next)))
             .await
             .unwrap()
     );

@@ -13,8 +13,8 @@ use common::moto::{Moto, create_lease_table, sdk_config, unique};
 use common::{batch, context, reported};
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::{
-    DeadLetter, DeadLetterReason, DeadLetterSink, DynamoLeaseStore, LeaseKey, LeaseStore, Outcome,
-    Processor, Record, SqsDeadLetters,
+    DeadLetter, DeadLetterReason, DeadLetterSink, DynamoLeaseStore, LeaseKey, Outcome, Processor,
+    Record, SqsDeadLetters,
 };
 use tracing_subscriber::fmt::MakeWriter;
 

@@ -1,7 +1,9 @@
 //! A lease store with the seed crate's five methods only (`acquire`, `renew`, `checkpoint`,
-//! `read`, `release`), as a store written for the seed crate has: every provided method of
-//! `LeaseStore` runs its default, and none loses a record or leaves a shard stuck. The store is
-//! `MemoryLeaseStore` behind a wrapper that exposes those five methods and nothing else.
+//! `read`, `release`), as a store written for the seed crate has, reaches the engine through
+//! `SeedStore`, the one adapter: none of its operations loses a record or leaves a shard stuck,
+//! and what its documentation says it cannot keep, it does not. The store is `MemoryLeaseStore`
+//! seen through `SeedStore`, which is bound to the five methods (`S: LeaseStore`) and so cannot
+//! reach the memory store's own `CheckpointStore`.
 
 mod common;
 
@@ -12,12 +14,11 @@ use common::aggregates::{
     PARENT, Ran, STREAM, event_of, inside, noting, process, split_after_an_aggregate,
     ten_sub_records, whole,
 };
-use common::faults::FiveMethods;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::{
-    Below, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseKey, LeaseStore,
-    MemoryLeaseStore, Mode, Processor, StopReason,
+    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseKey,
+    LeaseStore, MemoryLeaseStore, Mode, Processor, ReportedChange, SeedStore, StopReason,
 };
 
 const TTL: Duration = Duration::from_mins(1);
@@ -30,7 +31,7 @@ async fn with_the_five_seed_methods_a_batch_ending_in_an_aggregate_is_checkpoint
     let (outer_key, aggregate_bytes) = ten_sub_records();
     let aggregate = stream.put(&outer_key, aggregate_bytes);
     let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None));
+    let processor = Processor::new(Arc::new(SeedStore::new(memory.clone())), noting(&ran, None));
     let key = LeaseKey::new(STREAM, PARENT);
 
     let first = process(&processor, event_of(&stream, PARENT, None), "r1").await;
@@ -58,7 +59,10 @@ async fn with_the_five_seed_methods_a_batch_stopping_inside_an_aggregate_checkpo
     let (outer_key, aggregate_bytes) = ten_sub_records();
     let aggregate = stream.put(&outer_key, aggregate_bytes);
     let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4)));
+    let processor = Processor::new(
+        Arc::new(SeedStore::new(memory.clone())),
+        noting(&ran, Some(4)),
+    );
     let key = LeaseKey::new(STREAM, PARENT);
 
     process(&processor, event_of(&stream, PARENT, None), "r1").await;
@@ -90,8 +94,11 @@ async fn with_the_five_seed_methods_a_parent_ending_in_an_aggregate_lets_its_chi
     let (stream, _plain, aggregate, child) = split_after_an_aggregate();
     let ran = Ran::default();
     let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
-    let processor =
-        Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, Some(4))).gate(gate);
+    let processor = Processor::new(
+        Arc::new(SeedStore::new(memory.clone())),
+        noting(&ran, Some(4)),
+    )
+    .gate(gate);
 
     process(&processor, event_of(&stream, PARENT, None), "r1").await;
     let held = process(&processor, event_of(&stream, &child, None), "r2").await;
@@ -118,7 +125,7 @@ async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_
     let (outer_key, aggregate_bytes) = ten_sub_records();
     let aggregate = stream.put(&outer_key, aggregate_bytes);
     let ran = Ran::default();
-    let processor = Processor::new(Arc::new(FiveMethods(memory.clone())), noting(&ran, None))
+    let processor = Processor::new(Arc::new(SeedStore::new(memory.clone())), noting(&ran, None))
         .mode(Mode::PartitionKey);
 
     process(&processor, event_of(&stream, PARENT, None), "r1").await;
@@ -149,12 +156,11 @@ async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_
     assert_eq!(ran.lock().unwrap().len(), 10);
 }
 
-/// `acquire_and_read`, `checkpoint_position`, `commit` and `checkpoint_and_release`'s defaults,
-/// on the five seed methods.
+/// The claim and the last write, built from the five methods.
 #[tokio::test]
-async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_methods() {
+async fn the_claim_and_the_last_write_work_on_the_five_seed_methods() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = FiveMethods(memory.clone());
+    let store = SeedStore::new(memory.clone());
     let key = LeaseKey::new(STREAM, PARENT);
     let (p, s) = ("4900000001", "4900000002");
 
@@ -166,36 +172,48 @@ async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_meth
         panic!("a holds it");
     };
     assert_eq!(held.lease_owner.as_deref(), Some("a"));
+    assert!(store.renew(&key, "a", TTL).await.unwrap());
+    assert!(!store.renew(&key, "b", TTL).await.unwrap(), "b is fenced");
 
     assert!(
-        store
-            .checkpoint_position(&key, "a", &whole(p))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint_position(&key, "a", &inside(s, 3))
-            .await
-            .unwrap(),
-        "a position inside an aggregate renews only"
-    );
-    assert!(
         !store
-            .checkpoint_position(&key, "b", &whole(s))
+            .commit(&key, "b", &common::checkpoint_at(Some(&whole(s))))
             .await
             .unwrap(),
         "b is fenced"
+    );
+    assert!(
+        store
+            .commit(&key, "a", &common::checkpoint_at(Some(&whole(p))))
+            .await
+            .unwrap()
     );
     assert_eq!(
         memory.read(&key).await.unwrap().checkpoint.as_deref(),
         Some(p)
     );
+    assert!(memory.acquire(&key, "a", TTL).await.unwrap());
+    assert!(
+        store
+            .commit(&key, "a", &common::checkpoint_at(Some(&inside(s, 3))))
+            .await
+            .unwrap(),
+        "a position inside an aggregate checks the lease only"
+    );
+    let row = memory.read(&key).await.unwrap();
+    assert_eq!(
+        (
+            row.checkpoint.as_deref(),
+            row.aggregate_sequence,
+            row.lease_owner
+        ),
+        (Some(p), None, None)
+    );
 
     let mut commit = Commit::default();
     commit.checkpoint = Some(inside(s, 5));
     commit.below = Below::Record(p.parse().unwrap());
-    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(memory.acquire(&key, "a", TTL).await.unwrap());
     assert!(store.commit(&key, "a", &commit).await.unwrap());
     let row = memory.read(&key).await.unwrap();
     assert_eq!(
@@ -208,10 +226,10 @@ async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_meth
         "no longer a's"
     );
 
-    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(memory.acquire(&key, "a", TTL).await.unwrap());
     assert!(
         store
-            .checkpoint_and_release(&key, "a", Some(&whole(s)))
+            .commit(&key, "a", &common::checkpoint_at(Some(&whole(s))))
             .await
             .unwrap()
     );
@@ -221,17 +239,17 @@ async fn the_defaults_of_the_claim_and_the_checkpoint_work_on_the_five_seed_meth
     );
 }
 
-/// `finish`, `read_rows` and `commit_rows`' defaults, on the five seed methods.
+/// `finish`, `read_rows` and `commit_rows`, built from the five methods.
 #[tokio::test]
-async fn the_defaults_of_finish_and_of_the_rows_work_on_the_five_seed_methods() {
+async fn finish_and_the_rows_work_on_the_five_seed_methods() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = FiveMethods(memory.clone());
+    let store = SeedStore::new(memory.clone());
     let key = LeaseKey::new(STREAM, PARENT);
     let (p, s) = ("4900000001", "4900000002");
-    assert!(store.acquire(&key, "a", TTL).await.unwrap());
+    assert!(memory.acquire(&key, "a", TTL).await.unwrap());
     assert!(
         store
-            .checkpoint_and_release(&key, "a", Some(&whole(s)))
+            .commit(&key, "a", &common::checkpoint_at(Some(&whole(s))))
             .await
             .unwrap()
     );
@@ -282,4 +300,119 @@ async fn the_defaults_of_finish_and_of_the_rows_work_on_the_five_seed_methods() 
         (None, None)
     );
     assert_eq!(store.requests(), None);
+}
+
+/// What `SeedStore`'s documentation says five methods cannot keep, it does not keep: the
+/// failing record, `done_above`, the parents, `expires_at`, the reported and contended records,
+/// progress inside an aggregate, the counters of `commit_rows`, and the request count. The same
+/// writes on the memory store's own `CheckpointStore` keep every one, so each assertion here is
+/// about the adapter.
+#[tokio::test]
+async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops() {
+    let full = MemoryLeaseStore::new();
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let seed = SeedStore::new(memory.clone());
+    let stores: [(&dyn CheckpointStore, bool); 2] = [(&full, true), (&seed, false)];
+    let key = LeaseKey::new(STREAM, PARENT);
+    let (p, s) = ("4900000001", "4900000002");
+    let attempting = whole(p);
+
+    for (store, keeps) in stores {
+        let Claim::Acquired(claimed) = store
+            .acquire_and_read(&key, "a", TTL, Some(&attempting))
+            .await
+            .unwrap()
+        else {
+            panic!("free");
+        };
+        assert_eq!(
+            claimed.reported.is_some(),
+            keeps,
+            "the claim's `attempting`"
+        );
+
+        let mut commit = Commit::default();
+        commit.checkpoint = Some(inside(s, 4));
+        commit.below = Below::Record(p.parse().unwrap());
+        commit.failing = FailingChange::Set(FailingRecord::first(&inside(s, 5), "busy", 7));
+        commit.parent_shards = vec!["shardId-000000000000".to_owned()];
+        commit.done_above = Some(vec![inside(s, 7)]);
+        commit.reported = ReportedChange::Set(inside(s, 5));
+        assert!(store.commit(&key, "a", &commit).await.unwrap());
+        let row = store.read(&key).await.unwrap();
+        assert_eq!(
+            row.checkpoint.as_deref(),
+            Some(p),
+            "the record done whole is kept"
+        );
+        assert_eq!(row.lease_owner, None, "and the lease released");
+        assert_eq!(row.failing.is_some(), keeps, "failing: {row:?}");
+        assert_eq!(row.parent_shards.is_empty(), !keeps, "parents: {row:?}");
+        assert_eq!(row.done_above.is_empty(), !keeps, "done_above: {row:?}");
+        assert_eq!(
+            row.reported == Some(inside(s, 5)),
+            keeps,
+            "reported: {row:?}"
+        );
+        assert_eq!(
+            row.aggregate_sequence.as_deref() == Some(s),
+            keeps,
+            "progress inside the aggregate: {row:?}"
+        );
+
+        let first = whole("4900000009");
+        store.mark_contended(&key, &first).await.unwrap();
+        assert_eq!(
+            store.read(&key).await.unwrap().contended.is_some(),
+            keeps,
+            "contended"
+        );
+
+        // Done whole and nothing failing: finishable by both.
+        let mut done = Commit::default();
+        done.checkpoint = Some(whole(s));
+        done.failing = FailingChange::Clear;
+        let Claim::Acquired(_) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
+            panic!("released");
+        };
+        assert!(store.commit(&key, "a", &done).await.unwrap());
+        assert!(store.finish(&key, Some(s), 1_900_000_000).await.unwrap());
+        let row = store.read(&key).await.unwrap();
+        assert_eq!(
+            row.checkpoint.as_deref(),
+            Some(kinesis_checkpoint::SHARD_END)
+        );
+        assert_eq!(row.expires_at.is_some(), keeps, "expires_at: {row:?}");
+
+        // A partition key's row written meanwhile by another invocation (its counter moved).
+        let row_key = LeaseKey::new(STREAM, "shardId-000000000009:k1");
+        let mut meanwhile = KeyCommit::new(row_key.clone(), 0);
+        meanwhile.checkpoint = Some(whole(p));
+        assert_eq!(store.commit_rows(&[meanwhile]).await.unwrap(), [true]);
+        let mut stale = KeyCommit::new(row_key.clone(), 0);
+        stale.checkpoint = Some(whole(s));
+        stale.failing = FailingChange::Set(FailingRecord::first(&whole(s), "busy", 7));
+        stale.expires_at = Some(1_900_000_000);
+        assert_eq!(
+            store.commit_rows(&[stale]).await.unwrap(),
+            [!keeps],
+            "only the full store compares counters"
+        );
+        let mut fresh = KeyCommit::new(
+            row_key.clone(),
+            store.read(&row_key).await.unwrap().lease_counter,
+        );
+        fresh.failing = FailingChange::Set(FailingRecord::first(&whole(s), "busy", 7));
+        fresh.expires_at = Some(1_900_000_000);
+        assert_eq!(store.commit_rows(&[fresh]).await.unwrap(), [true]);
+        let row = &store.read_rows(&[row_key]).await.unwrap()[0];
+        assert_eq!(row.failing.is_some(), keeps, "a key's failing: {row:?}");
+        assert_eq!(
+            row.expires_at.is_some(),
+            keeps,
+            "a key's expires_at: {row:?}"
+        );
+
+        assert_eq!(store.requests(), None, "neither is a billed backend");
+    }
 }

@@ -21,8 +21,8 @@ use kinesis_checkpoint::gate::{
 };
 use kinesis_checkpoint::metrics::Metrics;
 use kinesis_checkpoint::{
-    BatchReport, BoxFuture, Disposition, DynamoLeaseStore, Handler, LeaseKey, LeaseState,
-    LeaseStore, MemoryLeaseStore, Outcome, Position, Processor, Record, StopReason,
+    BatchReport, BoxFuture, CheckpointStore, Disposition, DynamoLeaseStore, Handler, LeaseKey,
+    LeaseState, LeaseStore, MemoryLeaseStore, Outcome, Position, Processor, Record, StopReason,
 };
 use serde_json::Value;
 use tracing_subscriber::fmt::MakeWriter;

@@ -15,8 +15,8 @@ use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, Held, KinesisTopology, StartingPosition};
 use kinesis_checkpoint::{
-    Commit, DynamoLeaseStore, Handler, LeaseKey, LeaseStore, Outcome, Processor, Record, SHARD_END,
-    StopReason,
+    CheckpointStore, Commit, DynamoLeaseStore, Handler, LeaseKey, LeaseStore, Outcome, Processor,
+    Record, SHARD_END, StopReason,
 };
 use serde_json::Value;
 

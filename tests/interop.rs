@@ -17,7 +17,8 @@ use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::{
-    Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, Mode, Position, Processor, SHARD_END,
+    CheckpointStore, Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, Mode, Position,
+    Processor, SHARD_END,
 };
 use ruststream_kinesis::LeaseStore as _;
 
@@ -143,10 +144,10 @@ async fn a_live_lease_is_exclusive_across_both_stores_an_expired_one_is_taken_an
     assert!(
         !table
             .toolkit
-            .checkpoint_and_release(
+            .commit(
                 &ours,
                 "lambda-1",
-                Some(&Position::record("49002".parse().unwrap()))
+                &common::checkpoint_at(Some(&Position::record("49002".parse().unwrap())))
             )
             .await
             .unwrap()

@@ -89,9 +89,9 @@ use kinesis_checkpoint::local::{
     EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
 use kinesis_checkpoint::{
-    BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink, Disposition, LeaseStore,
-    MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position, Processor, Record,
-    SequenceNumber,
+    BoxFuture, CheckpointStore, DeadLetter, DeadLetterError, DeadLetterSink, Disposition,
+    LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position, Processor, Record,
+    SeedStore, SequenceNumber,
 };
 use letters::{FlakyQueue, LetterCounts, Letters, awkward_error, check_letters};
 use serde::{Deserialize, Serialize};
@@ -210,7 +210,9 @@ impl Shared {
 /// The function under test: a fresh processor per invocation (cheap: the store, sink and gate
 /// are shared), whose handler knows the invocation it runs in and may kill it.
 struct Harness {
-    store: Arc<dyn kinesis_checkpoint::LeaseStore>,
+    store: Arc<dyn CheckpointStore>,
+    /// The same table through the seed's five methods, for the seed-crate consumer.
+    seed: Arc<dyn LeaseStore>,
     dead_letters: Arc<dyn DeadLetterSink>,
     /// The stream, for a gate per invocation (as a fresh Lambda process would have).
     topology: Arc<MemoryStream>,
@@ -252,7 +254,7 @@ impl Function for Harness {
                 if let (Some(records), Some(shard)) = (records, shard) {
                     let owner = format!("seed-{invocation}");
                     seed_consumer::take_over(
-                        self.store.as_ref(),
+                        self.seed.as_ref(),
                         &self.topology,
                         knowledge,
                         &self.shared,
@@ -299,16 +301,13 @@ impl Function for Harness {
                 shared: self.shared.clone(),
                 invocation: invocation.clone(),
             });
-            let store: Arc<dyn LeaseStore> = if self.skew_ms > 0 {
+            let store: Arc<dyn CheckpointStore> = if self.skew_ms > 0 {
                 let spread = self.rng.lock().unwrap().within(0..2 * self.skew_ms + 1);
                 let offset_ms =
                     i64::try_from(spread).unwrap() - i64::try_from(self.skew_ms).unwrap();
                 self.shared
                     .note(format!("{invocation}'s clock is off by {offset_ms} ms"));
-                Arc::new(skew::Skewed {
-                    inner: self.store.clone(),
-                    offset_ms,
-                })
+                Arc::new(skew::skewed(self.store.clone(), offset_ms))
             } else {
                 self.store.clone()
             };
@@ -878,7 +877,11 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         }
     }
     let memory = Arc::new(MemoryLeaseStore::new());
-    let chaos = Arc::new(Chaos::new(memory, scenario.chaos, scenario.seed).traced(trace.clone()));
+    let chaos = Arc::new(
+        Chaos::new(memory, scenario.chaos, scenario.seed)
+            .traced(trace.clone())
+            .around_store(),
+    );
     let shared = Arc::new(Shared {
         journal: Mutex::default(),
         tick: AtomicU64::new(0),
@@ -898,13 +901,14 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         Some(queue) => queue.clone(),
         None => Arc::new(MemoryDeadLetters::new()),
     };
-    let store: Arc<dyn LeaseStore> = if scenario.seed_methods_only {
-        Arc::new(common::faults::FiveMethods(chaos.clone()))
+    let store: Arc<dyn CheckpointStore> = if scenario.seed_methods_only {
+        Arc::new(SeedStore::new(chaos.clone()))
     } else {
         chaos.clone()
     };
     let harness = Harness {
         store,
+        seed: chaos.clone(),
         dead_letters,
         topology: Arc::new(stream.clone()),
         shared: shared.clone(),
@@ -953,7 +957,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deliveries: report.deliveries,
         deaths: journal.died.len() as u64,
         timeouts: report.timed_out.len() as u64,
-        faults: *chaos.injected.lock().unwrap(),
+        faults: *chaos.layer().injected.lock().unwrap(),
         discarded: report.discarded.len() as u64,
         recovered: journal.recovered,
         takeovers: journal.takeovers,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{context, event, lambda_record, n_of, reported, sequence};
 use kinesis_checkpoint::{
-    Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome, Position,
-    Processor, Record,
+    Disposition, LeaseKey, MemoryDeadLetters, MemoryLeaseStore, Outcome, Position, Processor,
+    Record,
 };
 use serde_json::json;
 

@@ -17,9 +17,7 @@ use kinesis_checkpoint::event::LambdaKinesisEvent;
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::partition_key::row_key;
-use kinesis_checkpoint::{
-    LeaseKey, LeaseStore, MemoryLeaseStore, Mode, Outcome, Processor, Record,
-};
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Mode, Outcome, Processor, Record};
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";

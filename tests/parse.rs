@@ -22,8 +22,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use kinesis_checkpoint::kpl::MAGIC;
 use kinesis_checkpoint::{
-    BatchReport, Disposition, LambdaKinesisEvent, LeaseKey, LeaseStore, MemoryLeaseStore, Outcome,
-    Position, ProcessError, Processor, Record, SequenceNumber, StopReason,
+    BatchReport, Disposition, LambdaKinesisEvent, LeaseKey, MemoryLeaseStore, Outcome, Position,
+    ProcessError, Processor, Record, SequenceNumber, StopReason,
 };
 use lambda_runtime::{Context, LambdaEvent, Service};
 use md5::{Digest, Md5};

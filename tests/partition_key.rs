@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{context, event, lambda_record, n_of, reported, sequence};
 use kinesis_checkpoint::partition_key::row_key;
 use kinesis_checkpoint::{
-    Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome,
-    Processor, Record,
+    CheckpointStore, Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode,
+    Outcome, Processor, Record,
 };
 use serde_json::json;
 

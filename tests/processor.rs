@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::faults::Faulty;
+use common::faults::{Faulty, faulty};
 use common::{batch, context, event, lambda_record, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::{
     Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome, ProcessError,
@@ -260,7 +260,10 @@ async fn fenced_after_two<H: kinesis_checkpoint::Handler>(
         .process(batch(STREAM, SHARD, 0..2), &context("r0", 60_000))
         .await
         .unwrap();
-    store.steal_before_checkpoint.store(true, Ordering::SeqCst);
+    store
+        .layer()
+        .steal_before_checkpoint
+        .store(true, Ordering::SeqCst);
     processor
         .process_batch(batch(STREAM, SHARD, records), &context("r1", 60_000))
         .await
@@ -270,7 +273,7 @@ async fn fenced_after_two<H: kinesis_checkpoint::Handler>(
 #[tokio::test]
 async fn a_fenced_checkpoint_reports_from_the_first_record_processed_here() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(Faulty::new(memory.clone()));
+    let store = Arc::new(faulty(memory.clone()));
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
@@ -299,7 +302,7 @@ async fn a_dead_letter_whose_checkpoint_is_fenced_is_reported_so_the_shard_never
     // dead-lettered record: a closed shard would never be found exhausted, and its children
     // would be held forever.
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(Faulty::new(memory.clone()));
+    let store = Arc::new(faulty(memory.clone()));
     let letters = Arc::new(MemoryDeadLetters::new());
     let seen = Seen::default();
     let processor = Processor::new(
@@ -331,8 +334,8 @@ async fn a_dead_letter_whose_checkpoint_is_fenced_is_reported_so_the_shard_never
 #[tokio::test]
 async fn a_lease_lost_during_a_long_batch_stops_dispatch_and_checkpoints_nothing() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(Faulty::new(memory.clone()));
-    store.steal_on_renew.store(true, Ordering::SeqCst);
+    let store = Arc::new(faulty(memory.clone()));
+    store.layer().steal_on_renew.store(true, Ordering::SeqCst);
     let seen = Seen::default();
     let handled = seen.clone();
     let processor = Processor::new(store.clone(), move |record: Record| {
@@ -480,8 +483,8 @@ async fn a_panicking_handler_fails_its_record_not_the_batch() {
 
 #[tokio::test]
 async fn a_store_outage_at_the_claim_processes_nothing_and_reports_the_first_record() {
-    let store = Arc::new(Faulty::new(Arc::new(MemoryLeaseStore::new())));
-    store.claim_fails.store(true, Ordering::SeqCst);
+    let store = Arc::new(faulty(Arc::new(MemoryLeaseStore::new())));
+    store.layer().claim_fails.store(true, Ordering::SeqCst);
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
@@ -626,7 +629,7 @@ async fn the_sample_events_answer_in_lambdas_wire_format() {
 async fn through_the_fault_wrapper_the_final_write_keeps_the_failing_record_and_the_records_done_above()
  {
     let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(Faulty::new(memory.clone()));
+    let store = Arc::new(faulty(memory.clone()));
     let seen = Seen::default();
     // Keys are `key-{n % 7}`: record 2 fails, 9 (its key's next) waits, 3 to 8 run above it.
     let processor = Processor::new(

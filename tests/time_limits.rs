@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::{batch, context, n_of, redeliver_from, sequence};
 use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
 use kinesis_checkpoint::{
-    BoxFuture, DeadLetterSink, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Outcome,
-    Processor, Record, StopReason,
+    BoxFuture, DeadLetterSink, LeaseKey, MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor,
+    Record, StopReason,
 };
 
 const STREAM: &str = "orders";

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, Write};
 
-use kinesis_checkpoint::dynamo::Moved;
+use kinesis_checkpoint::store::dynamo::Moved;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position};
 
 use crate::Error;

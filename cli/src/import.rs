@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::Client as DynamoDb;
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_checkpoint::aws_error::cause;
-use kinesis_checkpoint::dynamo::Row;
+use kinesis_checkpoint::store::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Record, SHARD_END};
 use serde::Serialize;
 
@@ -67,7 +67,7 @@ pub struct Imported {
 ///
 /// ```
 /// use kinesis_checkpoint::LeaseState;
-/// use kinesis_checkpoint::dynamo::Row;
+/// use kinesis_checkpoint::store::dynamo::Row;
 ///
 /// let mut state = LeaseState::default();
 /// state.checkpoint = Some("42".to_owned());

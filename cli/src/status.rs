@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_checkpoint::aws_error::cause;
-use kinesis_checkpoint::dynamo::Row;
+use kinesis_checkpoint::store::dynamo::Row;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position, SHARD_END};
 use serde::Serialize;
 

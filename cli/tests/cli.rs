@@ -15,8 +15,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, create_table, unique};
 use kinesis_checkpoint::{
-    Commit, DynamoLeaseStore, FailingChange, FailingRecord, LeaseKey, LeaseStore, Position,
-    SHARD_END,
+    CheckpointStore, Commit, DynamoLeaseStore, FailingChange, FailingRecord, LeaseKey, LeaseStore,
+    Position, SHARD_END,
 };
 use serde_json::Value;
 

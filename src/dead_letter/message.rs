@@ -31,7 +31,7 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
 use super::DeadLetter;
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 
 /// The format written now: parts name their send and the payload's digest.

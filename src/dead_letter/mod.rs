@@ -22,8 +22,8 @@ use std::error::Error as StdError;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use crate::lease::BoxFuture;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// Why a record was dead-lettered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

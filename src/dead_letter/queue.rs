@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::message::{self, Message, is_sqs_text};
 use super::{DeadLetter, DeadLetterError, DeadLetterSink};
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 
 /// A message received: its id, the receipt that deletes it, and its body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use super::message::Message;
 use super::queue::{MessageQueue, Received, send_letter};
 use super::{DeadLetter, DeadLetterError, DeadLetterSink};
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 
 /// The largest message every SQS queue accepts (256 KiB, the `MaximumMessageSize` of queues made
 /// before SQS raised its limit to 1 MiB).

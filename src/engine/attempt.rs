@@ -18,11 +18,12 @@ use super::invocation::{Invocation, LeaseWatch};
 use super::settings::Settings;
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::handler::{Handler, Outcome};
-use crate::lease::{BoxFuture, FailingChange, FailingRecord, LeaseKey};
-use crate::memory::{millis, now_millis};
+use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
+use crate::store::memory::{millis, now_millis};
+use crate::store::{BoxFuture, FailingChange, FailingRecord};
 
 /// Runs records for one shard of one invocation: the processor's settings, the invocation's
 /// deadline and the lease held (one that never lapses in the partition-key mode).

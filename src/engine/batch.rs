@@ -7,7 +7,7 @@
 //! it (dedupe, dispatch, the checkpoint) reads, and never looks further up.
 
 use crate::event::{MalformedRecord, Parsed};
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber, cmp_record};

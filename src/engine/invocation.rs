@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lambda_runtime::Context;
 
-use crate::memory::{millis, now_millis};
+use crate::store::memory::{millis, now_millis};
 
 /// 2001-09-09 in epoch milliseconds: every real deadline is later.
 const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;

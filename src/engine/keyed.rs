@@ -43,9 +43,9 @@ use super::batch::Entry;
 use super::ordered::Dispatched;
 pub use super::settings::DEFAULT_MAX_DONE_ABOVE;
 use crate::handler::Handler;
-use crate::lease::{FailingChange, FailingRecord};
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
+use crate::store::{FailingChange, FailingRecord};
 
 /// The bounds of one keyed dispatch.
 #[derive(Debug, Clone, Copy)]

@@ -7,9 +7,9 @@
 use super::attempt::{Failing, Runner};
 use super::batch::Entry;
 use crate::handler::Handler;
-use crate::lease::{FailingChange, FailingRecord};
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
+use crate::store::{FailingChange, FailingRecord};
 
 /// The result of dispatching the pending records.
 pub(crate) struct Dispatched {

@@ -9,14 +9,14 @@
 //! record and a TTL. One invocation:
 //!
 //! 1. Gates the shard: a child shard waits until each parent is finished (see below).
-//! 2. Reads the rows of the batch's partition keys ([`LeaseStore::read_rows`]: 100 per
+//! 2. Reads the rows of the batch's partition keys ([`CheckpointStore::read_rows`]: 100 per
 //!    `BatchGetItem`, read consistently).
 //! 3. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
 //!    key (concurrently with [`Processor::concurrency`](crate::Processor::concurrency) above 1,
 //!    otherwise one record at a time); a key stops at its first failure, dead letters as in the
 //!    shard mode, with attempts counted in the key's row.
 //! 4. Writes each key's row whose checkpoint or failing record changed
-//!    ([`LeaseStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
+//!    ([`CheckpointStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
 //!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
 //!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
 //!    is not written: its records are reported and come again, and its checkpoint skips what
@@ -47,8 +47,8 @@
 //! a held batch reads no record twice and asks only the keys still pending. A parent still open
 //! holds the child.
 //!
-//! [`LeaseStore::read_rows`]: crate::LeaseStore::read_rows
-//! [`LeaseStore::commit_rows`]: crate::LeaseStore::commit_rows
+//! [`CheckpointStore::read_rows`]: crate::CheckpointStore::read_rows
+//! [`CheckpointStore::commit_rows`]: crate::CheckpointStore::commit_rows
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -60,11 +60,12 @@ use super::keyed::{self, Limits, State};
 use super::settings::Settings;
 pub use super::settings::{DEFAULT_KEY_TTL, Mode, UnknownMode};
 use crate::handler::Handler;
-pub use crate::key_row::row_key;
-use crate::lease::{Below, FailingChange, KeyCommit, LeaseKey, LeaseState, LeaseStore};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
+pub use crate::key::row_key;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber};
+use crate::store::memory::now_millis;
+use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, LeaseState};
 
 /// Gate, read the keys' rows, dispatch, write the rows, report: one shard's records in the
 /// partition-key mode.
@@ -326,7 +327,7 @@ fn settled_for_key(
 
 /// Writes the keys' rows; returns the keys whose row was not written, and why.
 async fn write(
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     commits: &[(String, KeyCommit)],
 ) -> Vec<(String, StopReason)> {
     if commits.is_empty() {

@@ -16,9 +16,10 @@ use crate::gap::{
     CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
     detect,
 };
-use crate::lease::{LeaseKey, LeaseState};
+use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
+use crate::store::LeaseState;
 
 /// The batch's entries with the recovered ones first.
 pub(crate) struct Recovery {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::dead_letter::DeadLetterSink;
 use crate::gate::Gate;
-use crate::lease::LeaseStore;
 use crate::metrics::Meter;
+use crate::store::CheckpointStore;
 
 /// How long a lease is taken for, unless the invocation's deadline is sooner. Short, so that an
 /// invocation that dies holds its shard for seconds; renewed while a long batch runs.
@@ -91,7 +91,7 @@ pub const DEFAULT_KEY_TTL: Duration = Duration::from_hours(8 * 24);
 /// The settings of one processor, as the engine reads them: each field is what the
 /// [`Processor`](crate::Processor) method of the same name sets.
 pub(crate) struct Settings<H> {
-    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) store: Arc<dyn CheckpointStore>,
     pub(crate) handler: Arc<H>,
     pub(crate) dead_letters: Option<Arc<dyn DeadLetterSink>>,
     pub(crate) gate: Option<Arc<Gate>>,
@@ -109,7 +109,7 @@ pub(crate) struct Settings<H> {
 
 impl<H> Settings<H> {
     /// The defaults, over `store` and `handler`.
-    pub(crate) fn new(store: Arc<dyn LeaseStore>, handler: H) -> Self {
+    pub(crate) fn new(store: Arc<dyn CheckpointStore>, handler: H) -> Self {
         Self {
             store,
             handler: Arc::new(handler),

@@ -15,10 +15,11 @@ use super::ordered::{self, Dispatched};
 use super::recovery::{self, Recovery, recover};
 use super::settings::Settings;
 use crate::handler::Handler;
-use crate::lease::{Below, Claim, Commit, LeaseKey, LeaseState, LeaseStore, ReportedChange};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
+use crate::store::memory::now_millis;
+use crate::store::{Below, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
 
 /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
 #[allow(
@@ -299,7 +300,7 @@ async fn pass_gate<H>(
 /// Releases the lease without progress (keeping the parents just learnt); a failure only
 /// means the lease lapses by itself.
 pub(crate) async fn release(
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     key: &LeaseKey,
     owner: &str,
     parent_shards: Vec<String>,
@@ -320,7 +321,7 @@ pub(crate) async fn release(
 /// records processed here are not recorded: they are marked so and the first of them is
 /// reported, since Lambda must deliver them again.
 async fn commit(
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     key: &LeaseKey,
     owner: &str,
     (progress, below): (Option<&Position>, Below),
@@ -387,7 +388,7 @@ async fn commit(
 /// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
 /// lets it lapse (as far as dispatch is concerned) when renewals keep failing.
 async fn keep_alive(
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     key: &LeaseKey,
     owner: &str,
     invocation: &Invocation,

@@ -37,11 +37,11 @@
 
 use std::time::SystemTime;
 
-use crate::lease::{LeaseState, ReportedChange};
 use crate::record::Record;
 pub use crate::report::{GapOutcome, GapReport};
 use crate::sequence::Position;
 pub use crate::sequence::{ReadFrom, SkippedRange};
+use crate::store::{LeaseState, ReportedChange};
 
 /// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
 /// and run in parts, one per invocation, each continuing after the checkpoint the last one left.

@@ -9,9 +9,10 @@ use std::sync::{Mutex, PoisonError};
 use super::lineage::{Lineage, held_unknown};
 use super::parent_scan::{self, ParentScan};
 use super::topology::StartingPosition;
-use crate::lease::{LeaseError, LeaseKey, LeaseStore};
+use crate::key::LeaseKey;
 use crate::report::Held;
 use crate::sequence::Position;
+use crate::store::{CheckpointStore, LeaseError};
 
 /// What the partition-key mode learnt of closed parents not yet finished.
 #[derive(Default)]
@@ -42,7 +43,7 @@ impl Scans {
 pub(super) async fn check(
     lineage: &Lineage,
     scans: &Scans,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     key: &LeaseKey,
 ) -> Option<Held> {
     let parents = match lineage.shard(key.stream(), key.shard(), false).await {
@@ -68,7 +69,7 @@ pub(super) async fn check(
 async fn parent_keys_finished(
     lineage: &Lineage,
     scans: &Scans,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     parent: &LeaseKey,
 ) -> Result<Option<Held>, LeaseError> {
     let (row, info) = match lineage.closed_parent(store, parent).await? {
@@ -105,7 +106,7 @@ async fn parent_keys_finished(
 /// when every key known so far is done: `None` once every key of the whole parent is.
 async fn scan_parent(
     lineage: &Lineage,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     parent: &LeaseKey,
     shard_checkpoint: Option<&Position>,
     scan: &mut ParentScan,
@@ -116,7 +117,7 @@ async fn scan_parent(
         if !pending.is_empty() {
             let rows: Vec<LeaseKey> = pending
                 .iter()
-                .map(|partition_key| crate::key_row::row_key(parent, partition_key))
+                .map(|partition_key| crate::key::row_key(parent, partition_key))
                 .collect();
             let states = store.read_rows(&rows).await?;
             let mut waiting = None;
@@ -168,7 +169,7 @@ async fn scan_parent(
 async fn ancestors_finished(
     lineage: &Lineage,
     scans: &Scans,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     of: &LeaseKey,
     parents: &[String],
 ) -> Result<Option<Held>, LeaseError> {

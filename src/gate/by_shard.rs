@@ -4,8 +4,9 @@
 
 use super::lineage::{Lineage, held_unknown};
 use super::topology::StartingPosition;
-use crate::lease::{LeaseError, LeaseKey, LeaseState, LeaseStore};
+use crate::key::LeaseKey;
 use crate::report::Held;
+use crate::store::{CheckpointStore, LeaseError, LeaseState};
 
 /// What the gate found for a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +28,7 @@ fn unknown(error: &dyn std::fmt::Display) -> Verdict {
 /// Whether the shard of `key`, whose row is `state`, may run now.
 pub(super) async fn check(
     lineage: &Lineage,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     key: &LeaseKey,
     state: &LeaseState,
 ) -> Verdict {
@@ -74,7 +75,7 @@ pub(super) async fn check(
 /// `None` when the parent is finished; why the child waits otherwise.
 async fn parent_finished(
     lineage: &Lineage,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     parent: &LeaseKey,
 ) -> Result<Option<Held>, LeaseError> {
     let (row, info) = match lineage.closed_parent(store, parent).await? {
@@ -134,7 +135,7 @@ async fn parent_finished(
 /// otherwise.
 async fn ancestors_finished(
     lineage: &Lineage,
-    store: &dyn LeaseStore,
+    store: &dyn CheckpointStore,
     of: &LeaseKey,
     parents: &[String],
 ) -> Result<Option<Held>, LeaseError> {

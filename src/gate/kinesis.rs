@@ -10,8 +10,9 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 use super::kinesis_range;
 use super::topology::{ShardInfo, Topology, TopologyError};
 use crate::gap::{RangeRead, ReadBudget, SkippedRange};
-use crate::lease::{BoxFuture, LeaseKey};
+use crate::key::LeaseKey;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// The most `GetRecords` pages read to prove a closed shard exhausted; past it the shard
 /// counts as not exhausted and the child waits for the next batch.

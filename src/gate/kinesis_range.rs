@@ -9,7 +9,7 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 
 use super::topology::TopologyError;
 use crate::gap::{RangeRead, ReadBudget, ReadFrom, SkippedRange};
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 
 fn failed(what: &str, key: &LeaseKey, error: &impl std::error::Error) -> TopologyError {

@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::topology::{ShardInfo, StartingPosition, Topology, TopologyError};
-use crate::lease::{LeaseError, LeaseKey, LeaseState, LeaseStore, SHARD_END};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
 use crate::report::Held;
+use crate::sequence::SHARD_END;
+use crate::store::memory::now_millis;
+use crate::store::{CheckpointStore, LeaseError, LeaseState};
 
 /// A day: finished rows outlive the stream's retention by one, so a late redelivery of a
 /// parent's records still finds them `SHARD_END`.
@@ -46,7 +48,7 @@ impl Lineage {
     /// for the mode's own check.
     pub(super) async fn closed_parent(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
     ) -> Result<Result<(LeaseState, ShardInfo), Option<Held>>, LeaseError> {
         if self.is_finished(parent) {
@@ -77,7 +79,7 @@ impl Lineage {
     /// its expiry for `DynamoDB` TTL.
     pub(super) async fn finish(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         parent: &LeaseKey,
         expected: Option<&str>,
     ) -> Result<(), LeaseError> {

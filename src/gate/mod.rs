@@ -48,8 +48,9 @@ use self::lineage::Lineage;
 pub use self::topology::{
     ShardInfo, StartingPosition, Topology, TopologyError, UnknownStartingPosition,
 };
-use crate::lease::{LeaseKey, LeaseState, LeaseStore};
+use crate::key::LeaseKey;
 pub use crate::report::Held;
+use crate::store::{CheckpointStore, LeaseState};
 
 /// The parent gate: see the [module documentation](self).
 ///
@@ -129,7 +130,7 @@ impl Gate {
     /// Whether the shard of `key`, whose row is `state`, may run now.
     pub(crate) async fn check(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         key: &LeaseKey,
         state: &LeaseState,
     ) -> Verdict {
@@ -140,7 +141,7 @@ impl Gate {
     /// is finished, why the child waits otherwise (see [`partition_key`](crate::partition_key)).
     pub(crate) async fn check_partition_keys(
         &self,
-        store: &dyn LeaseStore,
+        store: &dyn CheckpointStore,
         key: &LeaseKey,
     ) -> Option<Held> {
         by_key::check(&self.lineage, &self.scans, store, key).await
@@ -152,8 +153,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::lease::{BoxFuture, SHARD_END};
-    use crate::memory::MemoryLeaseStore;
+    use crate::sequence::SHARD_END;
+    use crate::store::BoxFuture;
+    use crate::store::memory::MemoryLeaseStore;
 
     /// A stream split once: shard 0 (closed, exhausted) and its child 1. Counts the calls.
     #[derive(Default)]

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::topology::{Topology, TopologyError};
 use crate::gap::{CannotRead, ReadBudget, ReadFrom, SkippedRange};
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber};
 
 /// The most records of a closed parent one check reads: one held batch never reads more.

@@ -9,8 +9,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::gap::{CannotRead, RangeRead, ReadBudget, SkippedRange};
-use crate::lease::BoxFuture;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// What the gate knows of one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::*;
-use crate::lease::LeaseKey;
+use crate::key::LeaseKey;
 use crate::record::Record;
 
 const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";

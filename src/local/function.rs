@@ -10,8 +10,8 @@ use lambda_runtime::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::handler::Handler;
-use crate::lease::BoxFuture;
 use crate::processor::Processor;
+use crate::store::BoxFuture;
 
 /// Why an invocation did not answer with a response: to the event source, all mean that the
 /// whole batch failed.

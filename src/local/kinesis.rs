@@ -8,7 +8,7 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 
 use super::stream::{ShardRead, Shards, StreamError, StreamRecord};
 use crate::gate::{KinesisTopology, ShardInfo, Topology};
-use crate::lease::BoxFuture;
+use crate::store::BoxFuture;
 
 /// A stream on a Kinesis endpoint.
 ///
@@ -156,6 +156,6 @@ impl Shards for KinesisStream {
     }
 
     fn now_millis(&self) -> u64 {
-        crate::memory::now_millis()
+        crate::store::memory::now_millis()
     }
 }

@@ -12,8 +12,9 @@ use md5::{Digest, Md5};
 
 use crate::gap::{RangeRead, ReadBudget, SkippedRange};
 use crate::gate::{ShardInfo, Topology, TopologyError};
-use crate::lease::{BoxFuture, LeaseKey};
+use crate::key::LeaseKey;
 use crate::record::Record;
+use crate::store::BoxFuture;
 
 /// One record of a stream, as the event source reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]

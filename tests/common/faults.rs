@@ -1,23 +1,38 @@
-//! A lease store wrapper that injects the faults no emulator produces: an outage, and a lease
-//! stolen at a chosen moment by another owner (through the real store, so the refusal that
-//! follows is the store's own).
+//! Store layers that inject the faults no emulator produces: an outage, and a lease stolen at a
+//! chosen moment by another owner (through the real store, so the refusal that follows is the
+//! store's own); and faults by chance, from a seed.
 //!
-//! Every wrapper here forwards every method of `LeaseStore`, provided ones included: a wrapper
-//! that left one out would run the trait's default instead of the wrapped store's own (a
-//! `commit` that drops the failing record, `done_above` and the parents), and the tests would
-//! test the default.
+//! Each is a [`Layer`] in a [`Layered`] store, which routes every method of the store through
+//! it: a layer cannot leave a method out and so degrade the store it wraps.
 
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kinesis_checkpoint::{
-    BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore, Position,
-};
+use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
+use kinesis_checkpoint::{BoxFuture, LeaseError, LeaseKey, LeaseStore};
 
-/// Wraps `inner`; every fault is off until switched on.
-pub struct Faulty<S> {
-    pub inner: Arc<S>,
+/// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
+pub type Faulty<S> = Layered<S, Faults<S>>;
+
+/// Wraps `inner`, whose own lease methods steal the lease when a fault says so.
+pub fn faulty<S: LeaseStore>(inner: Arc<S>) -> Faulty<S> {
+    Layered::new(
+        inner.clone(),
+        Faults {
+            store: inner,
+            claim_fails: AtomicBool::new(false),
+            steal_on_renew: AtomicBool::new(false),
+            steal_before_checkpoint: AtomicBool::new(false),
+        },
+    )
+}
+
+/// The faults of [`Faulty`].
+pub struct Faults<S> {
+    /// The store the lease is stolen through.
+    store: Arc<S>,
     /// Claims fail as a throttled store's would.
     pub claim_fails: AtomicBool,
     /// The next renew finds the lease taken by `thief`.
@@ -26,21 +41,12 @@ pub struct Faulty<S> {
     pub steal_before_checkpoint: AtomicBool,
 }
 
-impl<S: LeaseStore> Faulty<S> {
-    pub fn new(inner: Arc<S>) -> Self {
-        Self {
-            inner,
-            claim_fails: AtomicBool::new(false),
-            steal_on_renew: AtomicBool::new(false),
-            steal_before_checkpoint: AtomicBool::new(false),
-        }
-    }
-
+impl<S: LeaseStore> Faults<S> {
     async fn steal(&self, key: &LeaseKey, owner: &str) {
         // The lease lapses (its owner stopped renewing) and another owner takes it.
-        self.inner.release(key, owner).await.unwrap();
+        self.store.release(key, owner).await.unwrap();
         assert!(
-            self.inner
+            self.store
                 .acquire(key, "thief", Duration::from_mins(1))
                 .await
                 .unwrap()
@@ -48,186 +54,28 @@ impl<S: LeaseStore> Faulty<S> {
     }
 }
 
-impl<S: LeaseStore> LeaseStore for Faulty<S> {
-    fn acquire<'a>(
+impl<S: LeaseStore> Layer for Faults<S> {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.acquire(key, owner, ttl)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        let steal = match call.operation() {
+            Operation::AcquireAndRead if self.claim_fails.load(Ordering::SeqCst) => {
+                return Box::pin(async {
+                    Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into())
+                });
+            }
+            Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
+            Operation::Commit => self.steal_before_checkpoint.swap(false, Ordering::SeqCst),
+            _ => false,
+        };
         Box::pin(async move {
-            if self.steal_on_renew.swap(false, Ordering::SeqCst) {
+            if steal && let (Some(key), Some(owner)) = (call.key(), call.owner()) {
                 self.steal(key, owner).await;
             }
-            self.inner.renew(key, owner, ttl).await
+            next.run(call).await
         })
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint(key, owner, sequence)
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.inner.read(key)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, owner)
-    }
-
-    fn acquire_and_read<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-        attempting: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
-        Box::pin(async move {
-            if self.claim_fails.load(Ordering::SeqCst) {
-                return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into());
-            }
-            self.inner
-                .acquire_and_read(key, owner, ttl, attempting)
-                .await
-        })
-    }
-
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint_position(key, owner, position)
-    }
-
-    fn checkpoint_and_release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            if self.steal_before_checkpoint.swap(false, Ordering::SeqCst) {
-                self.steal(key, owner).await;
-            }
-            self.inner
-                .checkpoint_and_release(key, owner, position)
-                .await
-        })
-    }
-
-    fn commit<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        commit: &'a Commit,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            if self.steal_before_checkpoint.swap(false, Ordering::SeqCst) {
-                self.steal(key, owner).await;
-            }
-            self.inner.commit(key, owner, commit).await
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        expected: Option<&'a str>,
-        expires_at: u64,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.finish(key, expected, expires_at)
-    }
-
-    fn read_rows<'a>(
-        &'a self,
-        keys: &'a [LeaseKey],
-    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
-        self.inner.read_rows(keys)
-    }
-
-    fn commit_rows<'a>(
-        &'a self,
-        commits: &'a [KeyCommit],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
-        self.inner.commit_rows(commits)
-    }
-
-    fn requests(&self) -> Option<u64> {
-        self.inner.requests()
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.mark_contended(key, first)
-    }
-}
-
-/// `inner` with the seed crate's five methods only: every provided method runs the trait's
-/// default, built on these five, as it would for a store written for the seed crate.
-#[allow(dead_code, reason = "not every test binary uses it")]
-pub struct FiveMethods<S>(pub Arc<S>);
-
-impl<S: LeaseStore> LeaseStore for FiveMethods<S> {
-    fn acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.acquire(key, owner, ttl)
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.renew(key, owner, ttl)
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.0.checkpoint(key, owner, sequence)
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.0.read(key)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.0.release(key, owner)
     }
 }
 
@@ -248,10 +96,15 @@ pub struct ChaosLevels {
     pub steal_ttl: Duration,
 }
 
+/// `inner` behind [`Chaos`].
+pub type Chaotic<S> = Layered<S, Chaos<S>>;
+
 /// Faults by chance, from a seed: throttling, lost answers, latency and stolen leases, on
-/// every method of the store.
+/// every method of the store (of both interfaces: a [`SeedStore`](kinesis_checkpoint::SeedStore)
+/// over a `Chaotic` store meets them in the seed's five methods).
 pub struct Chaos<S> {
-    pub inner: Arc<S>,
+    /// The store a lease is stolen through.
+    store: Arc<S>,
     levels: ChaosLevels,
     rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
     /// Faults injected so far: throttled, lost answers, slow calls, steals.
@@ -261,9 +114,10 @@ pub struct Chaos<S> {
 }
 
 impl<S: LeaseStore> Chaos<S> {
+    /// The chaos layer for `inner`, drawing from `seed`; wrap with [`Chaos::around_store`].
     pub fn new(inner: Arc<S>, levels: ChaosLevels, seed: u64) -> Self {
         Self {
-            inner,
+            store: inner,
             levels,
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
             injected: std::sync::Mutex::new([0; 4]),
@@ -276,6 +130,11 @@ impl<S: LeaseStore> Chaos<S> {
     pub fn traced(mut self, trace: Arc<std::sync::Mutex<Vec<String>>>) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// The store this layer was made for, behind it.
+    pub fn around_store(self) -> Chaotic<S> {
+        Layered::new(self.store.clone(), self)
     }
 
     fn note(&self, line: impl FnOnce() -> String) {
@@ -322,185 +181,73 @@ impl<S: LeaseStore> Chaos<S> {
         if self.roll(self.levels.steal, 3) {
             self.note(|| format!("store: the lease of {key} is stolen from {owner} (injected)"));
             // The owner's lease lapses and another owner takes it for a while.
-            let _ = self.inner.release(key, owner).await;
+            let _ = self.store.release(key, owner).await;
             let _ = self
-                .inner
+                .store
                 .acquire(key, "thief", self.levels.steal_ttl)
                 .await;
         }
     }
+
+    /// The trace line of `call`'s answer, for the calls the trace follows.
+    fn line<T: fmt::Debug>(call: &Call<'_>, answer: &Result<T, LeaseError>) -> Option<String> {
+        let key = || call.key().map(ToString::to_string).unwrap_or_default();
+        let owner = call.owner().unwrap_or_default();
+        Some(match call.operation() {
+            Operation::AcquireAndRead => format!("store: {owner} claims {}: {answer:?}", key()),
+            Operation::Commit => format!(
+                "store: {owner} commits {} {:?}: {answer:?}",
+                key(),
+                call.commit()?
+            ),
+            Operation::Finish => format!(
+                "store: finish {} expecting {:?}: {answer:?}",
+                key(),
+                call.finish()?.0
+            ),
+            Operation::ReadRows => format!("store: read rows {:?}: {answer:?}", call.keys()),
+            Operation::CommitRows => {
+                format!("store: commit rows {:?}: {answer:?}", call.key_commits())
+            }
+            _ => return None,
+        })
+    }
 }
 
-impl<S: LeaseStore> LeaseStore for Chaos<S> {
-    fn acquire<'a>(
+impl<S: LeaseStore> Layer for Chaos<S> {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        let operation = call.operation();
+        if operation == Operation::MarkContended {
+            // Written without the lease, and only remembered: no fault here.
+            return next.run(call);
+        }
         Box::pin(async move {
             self.before().await?;
-            self.inner.acquire(key, owner, ttl).await
+            if matches!(operation, Operation::Renew | Operation::Commit)
+                && let (Some(key), Some(owner)) = (call.key(), call.owner())
+            {
+                self.maybe_steal(key, owner).await;
+            }
+            let mut answer = next.run(call).await;
+            if matches!(
+                operation,
+                Operation::Checkpoint
+                    | Operation::Commit
+                    | Operation::Finish
+                    | Operation::CommitRows
+            ) {
+                answer = self.after(answer);
+            }
+            if self.trace.is_some()
+                && let Some(line) = Self::line(&call, &answer)
+            {
+                self.note(|| line);
+            }
+            answer
         })
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            self.maybe_steal(key, owner).await;
-            self.inner.renew(key, owner, ttl).await
-        })
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let written = self.inner.checkpoint(key, owner, sequence).await;
-            self.after(written)
-        })
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            self.inner.read(key).await
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            self.inner.release(key, owner).await
-        })
-    }
-
-    fn acquire_and_read<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-        attempting: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let claim = self
-                .inner
-                .acquire_and_read(key, owner, ttl, attempting)
-                .await;
-            self.note(|| format!("store: {owner} claims {key}: {claim:?}"));
-            claim
-        })
-    }
-
-    fn commit<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        commit: &'a kinesis_checkpoint::Commit,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            self.maybe_steal(key, owner).await;
-            let written = self.inner.commit(key, owner, commit).await;
-            let written = self.after(written);
-            self.note(|| format!("store: {owner} commits {key} {commit:?}: {written:?}"));
-            written
-        })
-    }
-
-    fn finish<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        expected: Option<&'a str>,
-        expires_at: u64,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let written = self.inner.finish(key, expected, expires_at).await;
-            let written = self.after(written);
-            self.note(|| format!("store: finish {key} expecting {expected:?}: {written:?}"));
-            written
-        })
-    }
-
-    fn read_rows<'a>(
-        &'a self,
-        keys: &'a [LeaseKey],
-    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let rows = self.inner.read_rows(keys).await;
-            self.note(|| format!("store: read rows {keys:?}: {rows:?}"));
-            rows
-        })
-    }
-
-    fn commit_rows<'a>(
-        &'a self,
-        commits: &'a [kinesis_checkpoint::KeyCommit],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let written = self.inner.commit_rows(commits).await;
-            let written = self.after(written);
-            self.note(|| format!("store: commit rows {commits:?}: {written:?}"));
-            written
-        })
-    }
-
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            let written = self.inner.checkpoint_position(key, owner, position).await;
-            self.after(written)
-        })
-    }
-
-    fn checkpoint_and_release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            self.before().await?;
-            self.maybe_steal(key, owner).await;
-            let written = self
-                .inner
-                .checkpoint_and_release(key, owner, position)
-                .await;
-            self.after(written)
-        })
-    }
-
-    fn requests(&self) -> Option<u64> {
-        self.inner.requests()
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.mark_contended(key, first)
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::missing_panics_doc)]
 
 pub mod aggregates;
+pub mod every_field;
 pub mod faults;
 pub mod http;
 pub mod kinesis;
@@ -131,4 +132,14 @@ pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventRespon
             id.to_owned()
         })
         .collect()
+}
+
+/// The last write of an invocation that moves the checkpoint to `position` (if any), releases
+/// the lease, and changes nothing else in the row.
+pub fn checkpoint_at(
+    position: Option<&kinesis_checkpoint::Position>,
+) -> kinesis_checkpoint::Commit {
+    let mut commit = kinesis_checkpoint::Commit::default();
+    commit.checkpoint = position.cloned();
+    commit
 }

@@ -1,139 +1,46 @@
 //! Clock skew between sandboxes, as the store sees it: a lease's stored expiry is the writing
 //! sandbox's clock plus the TTL, so a sandbox whose clock runs `offset` behind the others' writes
 //! leases that lapse `offset` early for everyone else, and one ahead writes leases that last
-//! longer. Each invocation gets its own offset; this wrapper shifts the TTL of every lease it
+//! longer. Each invocation gets its own offset; this layer shifts the TTL of every lease it
 //! takes or renews by it. The processor's `clock_skew` margin must absorb it.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_checkpoint::{
-    BoxFuture, Claim, Commit, KeyCommit, LeaseError, LeaseKey, LeaseState, LeaseStore, Position,
-};
+use kinesis_checkpoint::store::{Call, Layer, Layered, Next};
+use kinesis_checkpoint::{BoxFuture, CheckpointStore, LeaseError};
 
-/// `inner`, with every TTL it is given shifted by `offset_ms` (negative: the sandbox's clock is
-/// behind, its leases lapse early).
-pub struct Skewed {
-    pub inner: std::sync::Arc<dyn LeaseStore>,
+/// `inner`, with every lease TTL shifted by the invocation's clock offset.
+pub type Skewed = Layered<dyn CheckpointStore, Skew>;
+
+/// `inner`, its lease TTLs shifted by `offset_ms` (negative: the sandbox's clock is behind, its
+/// leases lapse early).
+pub fn skewed(inner: Arc<dyn CheckpointStore>, offset_ms: i64) -> Skewed {
+    Layered::new(inner, Skew { offset_ms })
+}
+
+/// The offset of one invocation's clock.
+pub struct Skew {
     pub offset_ms: i64,
 }
 
-impl Skewed {
+impl Skew {
     fn shifted(&self, ttl: Duration) -> Duration {
         let millis = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         Duration::from_millis(u64::try_from((millis + self.offset_ms).max(1)).unwrap_or(1))
     }
 }
 
-impl LeaseStore for Skewed {
-    fn acquire<'a>(
+impl Layer for Skew {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.acquire(key, owner, self.shifted(ttl))
-    }
-
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.renew(key, owner, self.shifted(ttl))
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        sequence: &'a str,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint(key, owner, sequence)
-    }
-
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        self.inner.read(key)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, owner)
-    }
-
-    fn acquire_and_read<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        ttl: Duration,
-        attempting: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
-        self.inner
-            .acquire_and_read(key, owner, self.shifted(ttl), attempting)
-    }
-
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint_position(key, owner, position)
-    }
-
-    fn checkpoint_and_release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.checkpoint_and_release(key, owner, position)
-    }
-
-    fn commit<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        commit: &'a Commit,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.commit(key, owner, commit)
-    }
-
-    fn finish<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        expected: Option<&'a str>,
-        expires_at: u64,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.finish(key, expected, expires_at)
-    }
-
-    fn read_rows<'a>(
-        &'a self,
-        keys: &'a [LeaseKey],
-    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
-        self.inner.read_rows(keys)
-    }
-
-    fn commit_rows<'a>(
-        &'a self,
-        commits: &'a [KeyCommit],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
-        self.inner.commit_rows(commits)
-    }
-
-    fn requests(&self) -> Option<u64> {
-        self.inner.requests()
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.mark_contended(key, first)
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        match call.lease_ttl() {
+            Some(ttl) => next.run(call.with_lease_ttl(self.shifted(ttl))),
+            None => next.run(call),
+        }
     }
 }

@@ -4,15 +4,21 @@
 //! simulation tests run on it. It keeps the whole schema (sub-sequence checkpoints, owners,
 //! expiries, the fencing counter) and does every combined operation under one lock, so it
 //! behaves like the `DynamoDB` store's conditional writes. Nothing survives the process.
+//!
+//! It implements both interfaces: [`CheckpointStore`], which the engine uses, with every field,
+//! and the seed crate's [`LeaseStore`], for a consumer of the seed crate sharing it, and for the
+//! tests of [`SeedStore`](crate::store::SeedStore).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::lease::{
-    Below, BoxFuture, Claim, Commit, FailingChange, KeyCommit, LeaseError, LeaseKey, LeaseState,
-    LeaseStore, ReportedChange, RowForm, checkpoint_and_release_by_commit,
+use super::checkpoints::{
+    CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
+use super::lease::{BoxFuture, LeaseError, LeaseState, LeaseStore};
+use super::row::{Below, RowForm};
+use crate::key::LeaseKey;
 use crate::sequence::Position;
 
 /// In-process lease coordination, correct within one process.
@@ -148,16 +154,7 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            Ok(self.with_row(key, |row| {
-                let ours = Self::owned_by(row, owner);
-                if ours {
-                    row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
-                    row.lease_counter += 1;
-                }
-                ours
-            }))
-        })
+        Box::pin(Self::renew(self, key, owner, ttl))
     }
 
     fn checkpoint<'a>(
@@ -181,7 +178,7 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
-        Box::pin(async move { Ok(self.lock().get(key).cloned().unwrap_or_default()) })
+        Box::pin(Self::read(self, key))
     }
 
     fn release<'a>(
@@ -198,7 +195,9 @@ impl LeaseStore for MemoryLeaseStore {
             Ok(())
         })
     }
+}
 
+impl CheckpointStore for MemoryLeaseStore {
     fn mark_contended<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -229,34 +228,6 @@ impl LeaseStore for MemoryLeaseStore {
                 }
             }))
         })
-    }
-
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move {
-            Ok(self.with_row(key, |row| {
-                let ours = Self::owned_by(row, owner);
-                if ours {
-                    // A row of the 0.1.0 form at this very aggregate keeps its form.
-                    let below = Below::of(position, None, row);
-                    Self::write_position(row, position, &below);
-                }
-                ours
-            }))
-        })
-    }
-
-    fn checkpoint_and_release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: Option<&'a Position>,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        checkpoint_and_release_by_commit(self, key, owner, position)
     }
 
     fn finish<'a>(
@@ -344,14 +315,164 @@ impl LeaseStore for MemoryLeaseStore {
                 .collect())
         })
     }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(Self::renew(self, key, owner, ttl))
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        Box::pin(Self::read(self, key))
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            let rows = self.lock();
+            Ok(keys
+                .iter()
+                .map(|key| rows.get(key).cloned().unwrap_or_default())
+                .collect())
+        })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        // Memory is not a backend: nothing is billed.
+        None
+    }
+}
+
+impl MemoryLeaseStore {
+    /// Reads `key`'s row, whoever owns it; an absent row is the default state. The same read
+    /// as both traits' `read`, callable without naming one.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let row = store.read(&LeaseKey::new("orders", "shardId-000000000000")).await?;
+    /// assert_eq!(row.checkpoint, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is the stores' own.
+    #[allow(
+        clippy::unused_async,
+        reason = "the same call as the DynamoDB store's, awaited alike"
+    )]
+    pub async fn read(&self, key: &LeaseKey) -> Result<LeaseState, LeaseError> {
+        Ok(self.lock().get(key).cloned().unwrap_or_default())
+    }
+
+    /// Heartbeats `owner`'s lease for another `ttl`; `false` when it is no longer held. The
+    /// same renew as both traits' `renew`, callable without naming one.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// assert!(!store.renew(&key, "a", Duration::from_secs(30)).await?, "never taken");
+    /// assert!(store.acquire(&key, "a", Duration::from_secs(30)).await?);
+    /// assert!(store.renew(&key, "a", Duration::from_secs(30)).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is the stores' own.
+    #[allow(
+        clippy::unused_async,
+        reason = "the same call as the DynamoDB store's, awaited alike"
+    )]
+    pub async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, LeaseError> {
+        Ok(self.with_row(key, |row| {
+            let ours = Self::owned_by(row, owner);
+            if ours {
+                row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
+                row.lease_counter += 1;
+            }
+            ours
+        }))
+    }
+
+    /// Writes `position` as the checkpoint under `owner`'s lease, keeping the lease: a
+    /// position inside an aggregate beside the checkpoint, in the row's form (a row of the
+    /// 0.1.0 form at this very aggregate keeps its form). Returns `false` when fenced. The
+    /// engine does not need it (its last write is [`commit`](CheckpointStore::commit)); tools
+    /// and tests that write a row step by step do.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore, Position};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::new();
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
+    /// let inside = Position::sub_record("9".parse()?, 2);
+    /// assert!(store.checkpoint_position(&key, "a", &inside).await?);
+    /// assert_eq!(store.snapshot()[&key].position()?, Some(inside));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Never: the signature is the stores' own.
+    #[allow(
+        clippy::unused_async,
+        reason = "the same call as the DynamoDB store's, awaited alike"
+    )]
+    pub async fn checkpoint_position(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        position: &Position,
+    ) -> Result<bool, LeaseError> {
+        Ok(self.with_row(key, |row| {
+            let ours = Self::owned_by(row, owner);
+            if ours {
+                let below = Below::of(position, None, row);
+                Self::write_position(row, position, &below);
+            }
+            ours
+        }))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::SHARD_END;
+    use crate::sequence::SHARD_END;
 
     const TTL: Duration = Duration::from_mins(1);
+
+    /// The last write that moves the checkpoint to `position` and changes nothing else.
+    fn checkpoint_at(position: Option<&Position>) -> Commit {
+        Commit {
+            checkpoint: position.cloned(),
+            ..Commit::default()
+        }
+    }
 
     fn orders(shard: &str) -> LeaseKey {
         LeaseKey::new("orders", shard)
@@ -426,7 +547,7 @@ mod tests {
         assert!(store.renew(&shard, "a", TTL).await.unwrap());
         assert!(
             store
-                .checkpoint_and_release(&shard, "a", Some(&position))
+                .commit(&shard, "a", &checkpoint_at(Some(&position)))
                 .await
                 .unwrap()
         );
@@ -450,7 +571,7 @@ mod tests {
         let position = Position::record("100".parse().unwrap());
         assert!(
             !store
-                .checkpoint_and_release(&shard, "a", Some(&position))
+                .commit(&shard, "a", &checkpoint_at(Some(&position)))
                 .await
                 .unwrap()
         );

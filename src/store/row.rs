@@ -9,10 +9,29 @@
 //! ([`LeaseState::partial_aggregate`], [`LeaseState::unfinished`]), and writing ([`Below`], and
 //! the crate's `RowForm`), including the 0.1.0 form (`checkpoint_sub`) rows may still hold.
 
-use crate::lease::LeaseState;
+use super::lease::LeaseState;
 use crate::sequence::{Position, SequenceError, SequenceNumber};
 
 impl LeaseState {
+    /// The checkpoint in the extended order, or `None` when the shard was never checkpointed.
+    ///
+    /// # Errors
+    ///
+    /// A stored checkpoint that is neither a sequence number nor [`SHARD_END`](crate::SHARD_END): the row was
+    /// written by something else, and guessing would skip or replay records.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{LeaseState, Position, SHARD_END};
+    /// let mut state = LeaseState::default();
+    /// assert_eq!(state.position()?, None);
+    /// state.checkpoint = Some(SHARD_END.to_owned());
+    /// assert_eq!(state.position()?, Some(Position::ShardEnd));
+    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// ```
+    pub fn position(&self) -> Result<Option<Position>, SequenceError> {
+        Ok(self.partial_aggregate()?.or(self.whole()?))
+    }
+
     /// The record `checkpoint` names as done whole (or [`Position::ShardEnd`]), ignoring any
     /// progress inside an aggregate after it; for a row of the 0.1.0 form inside aggregate `S`,
     /// `S` itself (which that form did not mean as done).

@@ -6,18 +6,22 @@
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::{
-    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, Clauses, DynamoLeaseStore,
-    EXPIRES_AT, EXPIRY, FAILING, KEY, OWNER, is_condition_failure, set_position, state_of,
+use super::DynamoLeaseStore;
+use super::conversion::state_of;
+use super::expressions::{Clauses, is_condition_failure, set_position};
+use super::schema::{
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, EXPIRES_AT, EXPIRY, FAILING,
+    KEY, OWNER,
 };
-use crate::lease::{Below, LeaseError, LeaseKey, LeaseState};
-use crate::memory::now_millis;
+use crate::key::LeaseKey;
 use crate::sequence::Position;
+use crate::store::memory::now_millis;
+use crate::store::{Below, LeaseError, LeaseState};
 
 /// One row of the lease table, as an operator sees it.
 ///
 /// ```
-/// use kinesis_checkpoint::dynamo::Row;
+/// use kinesis_checkpoint::store::dynamo::Row;
 ///
 /// let row = Row::new("orders:shardId-000000000001", Default::default());
 /// assert_eq!(row.key().map(|key| key.shard().to_owned()), Some("shardId-000000000001".to_owned()));
@@ -36,7 +40,7 @@ impl Row {
     /// A row under `lease_key`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dynamo::Row;
+    /// # use kinesis_checkpoint::store::dynamo::Row;
     /// let row = Row::new("orders:shardId-000000000000", Default::default());
     /// ```
     #[must_use]
@@ -50,7 +54,7 @@ impl Row {
     /// The stream and shard of the row; `None` for a bare shard id row of an earlier version.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dynamo::Row;
+    /// # use kinesis_checkpoint::store::dynamo::Row;
     /// let row = Row::new("orders:shardId-000000000000", Default::default());
     /// assert_eq!(row.key().unwrap().stream(), "orders");
     /// ```
@@ -122,7 +126,7 @@ impl DynamoLeaseStore {
         Ok(rows)
     }
 
-    /// The row of `key` as stored, read consistently; unlike [`read`](crate::LeaseStore::read)
+    /// The row of `key` as stored, read consistently; unlike [`read`](crate::store::CheckpointStore::read)
     /// it never adopts a bare shard id row, so it never writes.
     ///
     /// # Errors
@@ -155,7 +159,7 @@ impl DynamoLeaseStore {
     ///
     /// ```no_run
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
-    /// # use kinesis_checkpoint::dynamo::Moved;
+    /// # use kinesis_checkpoint::store::dynamo::Moved;
     /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
     /// let store = DynamoLeaseStore::new(&aws_config::load_from_env().await, "orders-leases");
     /// let key = LeaseKey::new("orders", "shardId-000000000000");

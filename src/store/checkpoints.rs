@@ -1,0 +1,275 @@
+//! [`CheckpointStore`]: the interface the engine talks to, every method required.
+//!
+//! An invocation claims a shard and reads its row in one step, renews the lease while it works,
+//! and ends with one write that records the checkpoint, the failing record, the records done
+//! above the checkpoint, the shard's parents and the reported record, and releases the lease.
+//! The gate marks exhausted parents finished; the partition-key mode reads and writes many rows
+//! at once. Those are this trait's methods, and it has no provided one: a store (or a wrapper)
+//! that does not write a field cannot compile by leaving a method out, it has to say so in its
+//! own body. The one store that legitimately cannot keep the toolkit's fields, a store of the
+//! seed crate's five methods, is adapted once, by [`SeedStore`](crate::store::SeedStore).
+
+use std::time::Duration;
+
+use super::lease::{BoxFuture, FailingRecord, LeaseError, LeaseState};
+use super::row::Below;
+use crate::key::LeaseKey;
+use crate::sequence::Position;
+
+/// What the last write of an invocation does to the row's [`FailingRecord`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FailingChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Remember this failure.
+    Set(FailingRecord),
+    /// Forget it: the record succeeded or was dead-lettered.
+    Clear,
+}
+
+/// What the last write of an invocation does to the row's [`reported`](LeaseState::reported)
+/// record, the one a later batch is checked against for records the mapping skipped.
+///
+/// ```
+/// use kinesis_checkpoint::{Commit, Position, ReportedChange};
+///
+/// let mut commit = Commit::default();
+/// assert_eq!(commit.reported, ReportedChange::Keep);
+/// commit.reported = ReportedChange::Set(Position::record("42".parse()?));
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ReportedChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// This record was reported (or is the first of a skipped range still to recover).
+    Set(Position),
+    /// Nothing is outstanding: the whole batch was done.
+    Clear,
+}
+
+/// The last write of an invocation: progress to record, and the failing record to remember.
+///
+/// ```
+/// use kinesis_checkpoint::{Commit, FailingChange, Position};
+///
+/// let mut commit = Commit::default();
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// commit.failing = FailingChange::Clear;
+/// assert!(commit.parent_shards.is_empty());
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Commit {
+    /// The new checkpoint, when it moved: a whole record (an aggregate whose last sub-record
+    /// is done is written whole), [`Position::ShardEnd`], or a position inside an aggregate.
+    pub checkpoint: Option<Position>,
+    /// When `checkpoint` lies inside an aggregate: the record the row's `checkpoint` attribute
+    /// names below it.
+    pub below: Below,
+    /// The change to the failing record.
+    pub failing: FailingChange,
+    /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
+    pub parent_shards: Vec<String>,
+    /// The records done above the new checkpoint, when they changed (`Some` of an empty list
+    /// forgets them all; `None` leaves them as they are).
+    pub done_above: Option<Vec<Position>>,
+    /// The change to the record reported to Lambda (see [`LeaseState::reported`]).
+    pub reported: ReportedChange,
+}
+
+/// The write of one partition key's row in the partition-key mode (see
+/// [`partition_key`](crate::partition_key)): applied only if nobody wrote the row since it was
+/// read, that is if its `lease_counter` is still `expected_counter`.
+///
+/// ```
+/// use kinesis_checkpoint::partition_key::row_key;
+/// use kinesis_checkpoint::{KeyCommit, LeaseKey, Position};
+///
+/// let shard = LeaseKey::new("orders", "shardId-000000000000");
+/// let mut commit = KeyCommit::new(row_key(&shard, "customer-7"), 0);
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// assert_eq!(commit.row.to_string(), "orders:shardId-000000000000:customer-7");
+/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyCommit {
+    /// The partition key's row.
+    pub row: LeaseKey,
+    /// The row's `lease_counter` when it was read (0 for a row that did not exist).
+    pub expected_counter: u64,
+    /// The key's new checkpoint, when it moved.
+    pub checkpoint: Option<Position>,
+    /// When `checkpoint` lies inside an aggregate: the record the row's `checkpoint` attribute
+    /// names below it.
+    pub below: Below,
+    /// The change to the key's failing record.
+    pub failing: FailingChange,
+    /// When `DynamoDB` may delete the row (epoch seconds).
+    pub expires_at: Option<u64>,
+}
+
+impl KeyCommit {
+    /// A write of `row` that changes nothing yet, expecting the counter read.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::{KeyCommit, LeaseKey};
+    /// let commit = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 3);
+    /// assert_eq!(commit.expected_counter, 3);
+    /// ```
+    #[must_use]
+    pub fn new(row: LeaseKey, expected_counter: u64) -> Self {
+        Self {
+            row,
+            expected_counter,
+            checkpoint: None,
+            below: Below::Keep,
+            failing: FailingChange::Keep,
+            expires_at: None,
+        }
+    }
+}
+
+/// What [`CheckpointStore::acquire_and_read`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The lease is ours; the row as it stands after taking it.
+    Acquired(LeaseState),
+    /// Another live owner holds the lease; the row as it stands, naming that owner when the
+    /// store knows it.
+    Held(LeaseState),
+}
+
+/// Durable leases and checkpoints, as the engine uses them.
+///
+/// The contract, for every implementation:
+///
+/// - a write conditional on the lease (`renew`, `commit`) returns `Ok(false)` when `owner` no
+///   longer holds it (fenced), and then writes nothing;
+/// - every field a write carries reaches the row, or the store says in its documentation which
+///   it cannot keep (see [`SeedStore`](crate::store::SeedStore));
+/// - `Err` is for the store failing (throttling, the network), never for a refused condition.
+///
+/// [`MemoryLeaseStore`](crate::MemoryLeaseStore) and `DynamoLeaseStore` implement it with every
+/// field; a store of the seed crate's five methods goes through
+/// [`SeedStore::new`](crate::store::SeedStore::new). A wrapper (metrics, injected faults) is a
+/// [`Layer`](crate::store::Layer) in [`Layered`](crate::store::Layered), not a second
+/// implementation of this trait.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit};
+/// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// let store = MemoryLeaseStore::new();
+/// let key = LeaseKey::new("orders", "shardId-000000000000");
+/// let ttl = Duration::from_secs(30);
+/// let Claim::Acquired(state) = store.acquire_and_read(&key, "me", ttl, None).await? else {
+///     panic!("nobody else holds it");
+/// };
+/// assert_eq!(state.checkpoint, None);
+/// let mut commit = Commit::default();
+/// commit.checkpoint = Some(Position::record("17".parse()?));
+/// commit.parent_shards = vec!["shardId-000000000000".to_owned()];
+/// assert!(store.commit(&key, "me", &commit).await?);
+/// let row = CheckpointStore::read(&store, &key).await?;
+/// assert_eq!((row.checkpoint.as_deref(), row.lease_owner), (Some("17"), None));
+/// assert_eq!(row.parent_shards, commit.parent_shards);
+/// # Ok(())
+/// # }
+/// ```
+pub trait CheckpointStore: Send + Sync + 'static {
+    /// Takes the lease for `owner`, valid for `ttl`, and reads the row: the first step of every
+    /// invocation.
+    ///
+    /// `attempting` is the first record the invocation is about to run: the store marks it in
+    /// [`reported`](LeaseState::reported) in the same write unless the row names a reported
+    /// record already, so that a batch the invocation dies on (out of memory, killed at its
+    /// timeout), and that the mapping then gives up on, is found as a gap by the next batch.
+    /// The row returned is the one after that write; when another live owner holds the lease,
+    /// [`Claim::Held`] with the row as it stands.
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+        attempting: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>>;
+
+    /// Heartbeats the lease for another `ttl`. Returns `false` when the lease is no longer held
+    /// (fenced): the owner must stop at once.
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Writes `commit` and releases the lease, in one conditional write: the last step of every
+    /// invocation. Returns `false` when fenced, in which case nothing was written.
+    ///
+    /// Every field of [`Commit`] is applied: the checkpoint (a position inside an aggregate
+    /// beside the record [`Below`] names), the failing record, the parents when not empty,
+    /// `done_above` when `Some`, and the reported record.
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Marks a shard finished (`SHARD_END`) that the parent gate proved exhausted, unless its
+    /// checkpoint is no longer `expected` (someone moved it meanwhile) or the row records
+    /// something not done at it: a partial aggregate or a failing record above the checkpoint
+    /// ([`LeaseState::unfinished`]). `expires_at` (epoch seconds) lets `DynamoDB` delete the
+    /// row after the stream's retention. Returns whether it was written.
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
+
+    /// Reads the row, whoever owns it; an absent row is the default state.
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>>;
+
+    /// Reads many rows at once, in the order of `keys`: the partition-key mode reads every
+    /// partition key of a batch this way.
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>>;
+
+    /// Writes many partition keys' rows, each only if its counter is still
+    /// [`expected_counter`](KeyCommit::expected_counter); returns, in order, whether each was
+    /// written (`false`: another invocation wrote it).
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>>;
+
+    /// Remembers `first`, the first record of a batch turned away because another owner holds
+    /// the lease, in the row's [`contended`](LeaseState::contended), without the lease: the
+    /// owner may be an invocation whose release did not land, and the mapping may give up on
+    /// the batch before the lease lapses.
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
+
+    /// How many requests this store has sent to its backend since it was made, or `None` when
+    /// it does not count them. The processor's [metrics](crate::Processor::metrics) report the
+    /// difference over an invocation, so the figure is what the backend billed, not an
+    /// estimate.
+    fn requests(&self) -> Option<u64>;
+}

@@ -1,0 +1,225 @@
+//! The engine's interface on the table: a claim that returns the row, and a last write that
+//! releases the lease, one request each; the partition-key mode's many rows in batches (see
+//! `rows`).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::DynamoLeaseStore;
+use super::conversion::state_of;
+use super::expressions::{Clauses, is_condition_failure, set_failing, set_position};
+use super::schema::{DONE_ABOVE, EXPIRY, OURS, OWNER, REPORTED};
+use crate::key::LeaseKey;
+use crate::sequence::Position;
+use crate::store::{
+    Below, BoxFuture, CheckpointStore, Claim, Commit, KeyCommit, LeaseError, LeaseState,
+    ReportedChange,
+};
+
+impl CheckpointStore for DynamoLeaseStore {
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+        attempting: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        Box::pin(async move {
+            let row = key.to_string();
+            self.count_request();
+            let mut request = self.take(&row, owner, ttl);
+            if let Some(attempting) = attempting {
+                request = request
+                    .update_expression(
+                        "SET lease_owner = :me, lease_expiry = :expiry, \
+                         reported = if_not_exists(reported, :attempting) ADD lease_counter :one",
+                    )
+                    .expression_attribute_values(
+                        ":attempting",
+                        AttributeValue::S(attempting.to_string()),
+                    );
+            }
+            let outcome = request
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            match outcome {
+                Ok(output) => {
+                    let own = state_of(output.attributes.as_ref());
+                    Ok(Claim::Acquired(self.with_legacy(key, own).await?))
+                }
+                Err(error) if is_condition_failure(&error) => {
+                    let holder = error.as_service_error().and_then(|service| match service {
+                        UpdateItemError::ConditionalCheckFailedException(failed) => {
+                            failed.item.as_ref()
+                        }
+                        _ => None,
+                    });
+                    Ok(Claim::Held(state_of(holder)))
+                }
+                Err(error) => Err(self.failed("UpdateItem (acquire and read)", &row, &error)),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(Self::renew(self, key, owner, ttl))
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            let mut clauses = Clauses::default();
+            let mut request = self.update(&key.to_string());
+            if let Some(position) = &commit.checkpoint {
+                request = set_position(request, &mut clauses, position, &commit.below);
+            }
+            request = set_failing(request, &mut clauses, &commit.failing);
+            if !commit.parent_shards.is_empty() {
+                clauses.set.push("parent_shards = :parents");
+                request = request.expression_attribute_values(
+                    ":parents",
+                    AttributeValue::Ss(commit.parent_shards.clone()),
+                );
+            }
+            match commit.done_above.as_deref() {
+                None => {}
+                // A string set cannot be empty: an empty one is removed.
+                Some([]) => clauses.remove.push(DONE_ABOVE),
+                Some(done_above) => {
+                    clauses.set.push("done_above = :done_above");
+                    request = request.expression_attribute_values(
+                        ":done_above",
+                        AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
+                    );
+                }
+            }
+            match &commit.reported {
+                ReportedChange::Keep => {}
+                ReportedChange::Clear => clauses.remove.push(REPORTED),
+                ReportedChange::Set(position) => {
+                    clauses.set.push("reported = :reported");
+                    request = request.expression_attribute_values(
+                        ":reported",
+                        AttributeValue::S(position.to_string()),
+                    );
+                }
+            }
+            clauses.remove.extend([OWNER, EXPIRY]);
+            let request = request
+                .update_expression(clauses.expression())
+                .condition_expression(OURS)
+                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
+            self.conditional("UpdateItem (checkpoint and release)", key, request)
+                .await
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        Box::pin(async move {
+            let mut clauses = Clauses::default();
+            let request = set_position(
+                self.update(&key.to_string()),
+                &mut clauses,
+                &Position::ShardEnd,
+                &Below::Keep,
+            );
+            clauses.set.push("expires_at = :expires");
+            let request = request
+                .update_expression(clauses.expression())
+                .expression_attribute_values(":expires", AttributeValue::N(expires_at.to_string()));
+            // Only if nobody moved the checkpoint since the gate read it, and nothing is left
+            // undone at it: no partial aggregate, no failing record above it. Both are stale
+            // (and ignored) at or below `checkpoint`, which another writer may have moved past
+            // them; sequence numbers compare by length, then as text.
+            let request = match expected {
+                Some(expected) => request
+                    .condition_expression(
+                        "checkpoint = :expected AND attribute_not_exists(checkpoint_sub) \
+                         AND (attribute_not_exists(aggregate_sequence) \
+                              OR size(aggregate_sequence) < :length \
+                              OR (size(aggregate_sequence) = :length AND aggregate_sequence <= :expected)) \
+                         AND (attribute_not_exists(failing) \
+                              OR size(failing.#sequence) < :length \
+                              OR (size(failing.#sequence) = :length AND failing.#sequence <= :expected))",
+                    )
+                    .expression_attribute_names("#sequence", "sequence")
+                    .expression_attribute_values(
+                        ":expected",
+                        AttributeValue::S(expected.to_owned()),
+                    )
+                    .expression_attribute_values(
+                        ":length",
+                        AttributeValue::N(expected.len().to_string()),
+                    ),
+                None => request.condition_expression(
+                    "attribute_not_exists(checkpoint) AND attribute_not_exists(aggregate_sequence) \
+                     AND attribute_not_exists(failing)",
+                ),
+            };
+            self.conditional("UpdateItem (finish shard)", key, request)
+                .await
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        Box::pin(Self::read(self, key))
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(self.read_many(keys))
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        Box::pin(self.write_many(commits))
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            let row = key.to_string();
+            self.count_request();
+            self.update(&row)
+                .update_expression("SET contended = :first ADD lease_counter :one")
+                .expression_attribute_values(":first", AttributeValue::S(first.to_string()))
+                .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+                .send()
+                .await
+                .map_err(|error| self.failed("UpdateItem (mark contended)", &row, &error))?;
+            Ok(())
+        })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        Some(self.sent.load(Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,165 @@
+//! The writes every layered store must hand to its inner store unchanged, checked field by
+//! field; shared by the tests of every layer in the crate.
+
+use std::time::Duration;
+
+use crate::key::LeaseKey;
+use crate::sequence::{Position, SHARD_END};
+use crate::store::checkpoints::{
+    CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
+};
+use crate::store::lease::FailingRecord;
+use crate::store::memory::MemoryLeaseStore;
+use crate::store::row::Below;
+
+fn at(sequence: &str) -> Position {
+    Position::record(sequence.parse().expect("a sequence number"))
+}
+
+/// Claims, commits, finishes, marks and writes rows through `store`, and checks that
+/// `inner`, the memory store behind it, holds every field each write carried.
+pub(crate) async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    claim_and_commit(store, inner).await;
+    finish(store, inner).await;
+    rows(store, inner).await;
+    assert_eq!(store.requests(), inner.requests());
+}
+
+/// The claim, a renew, the last write and a contended mark.
+async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    const TTL: Duration = Duration::from_mins(1);
+    let key = LeaseKey::new("orders", "shardId-000000000001");
+    let attempting = at("100");
+    let Claim::Acquired(claimed) = store
+        .acquire_and_read(&key, "a", TTL, Some(&attempting))
+        .await
+        .expect("claim")
+    else {
+        panic!("the lease was free");
+    };
+    assert_eq!(claimed.reported, Some(attempting.clone()), "attempting");
+    assert_eq!(
+        inner.read(&key).await.expect("read").reported,
+        Some(attempting)
+    );
+    assert!(store.renew(&key, "a", TTL).await.expect("renew"));
+
+    let failing = FailingRecord::first(
+        &Position::sub_record("300".parse().expect("n"), 2),
+        "busy",
+        7,
+    );
+    let commit = Commit {
+        checkpoint: Some(Position::sub_record("300".parse().expect("n"), 1)),
+        below: Below::Record("200".parse().expect("n")),
+        failing: FailingChange::Set(failing.clone()),
+        parent_shards: vec!["shardId-000000000000".to_owned()],
+        done_above: Some(vec![at("400"), at("500")]),
+        reported: ReportedChange::Set(at("301")),
+    };
+    assert!(store.commit(&key, "a", &commit).await.expect("commit"));
+    let row = inner.read(&key).await.expect("read");
+    assert_eq!(row.checkpoint.as_deref(), Some("200"), "checkpoint");
+    assert_eq!(
+        (row.aggregate_sequence.as_deref(), row.aggregate_sub),
+        (Some("300"), Some(1)),
+        "the position inside the aggregate"
+    );
+    assert_eq!(row.failing, Some(failing.clone()), "failing");
+    assert_eq!(row.parent_shards, commit.parent_shards, "parents");
+    assert_eq!(row.done_above, vec![at("400"), at("500")], "done_above");
+    assert_eq!(row.reported, Some(at("301")), "reported");
+    assert_eq!(row.lease_owner, None, "released");
+    assert_eq!(
+        store.read(&key).await.expect("read"),
+        row,
+        "read through the layer"
+    );
+
+    store.mark_contended(&key, &at("600")).await.expect("mark");
+    assert_eq!(
+        inner.read(&key).await.expect("read").contended,
+        Some(at("600"))
+    );
+}
+
+/// The gate's `finish`, after a commit.
+async fn finish(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    const TTL: Duration = Duration::from_mins(1);
+    let done = LeaseKey::new("orders", "shardId-000000000002");
+    let Claim::Acquired(_) = store
+        .acquire_and_read(&done, "a", TTL, None)
+        .await
+        .expect("claim")
+    else {
+        panic!("the lease was free");
+    };
+    assert!(
+        store
+            .commit(
+                &done,
+                "a",
+                &Commit {
+                    checkpoint: Some(at("700")),
+                    ..Commit::default()
+                }
+            )
+            .await
+            .expect("commit")
+    );
+    assert!(
+        store
+            .finish(&done, Some("700"), 1_900_000_000)
+            .await
+            .expect("finish")
+    );
+    let row = inner.read(&done).await.expect("read");
+    assert_eq!(
+        (row.checkpoint.as_deref(), row.expires_at),
+        (Some(SHARD_END), Some(1_900_000_000)),
+        "expires_at"
+    );
+}
+
+/// The partition-key mode's rows.
+async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    let failing = FailingRecord::first(
+        &Position::sub_record("300".parse().expect("n"), 2),
+        "busy",
+        7,
+    );
+    let rows = [
+        LeaseKey::new("orders", "shardId-000000000003:k1"),
+        LeaseKey::new("orders", "shardId-000000000003:k2"),
+    ];
+    let mut first = KeyCommit::new(rows[0].clone(), 0);
+    first.checkpoint = Some(Position::sub_record("800".parse().expect("n"), 3));
+    first.below = Below::Record("799".parse().expect("n"));
+    first.failing = FailingChange::Set(failing.clone());
+    first.expires_at = Some(1_900_000_001);
+    let mut second = KeyCommit::new(rows[1].clone(), 5);
+    second.checkpoint = Some(at("900"));
+    assert_eq!(
+        store.commit_rows(&[first, second]).await.expect("rows"),
+        [true, false],
+        "the counter of each row compared"
+    );
+    let read = store.read_rows(&rows).await.expect("rows");
+    assert_eq!(
+        read[0],
+        inner.read(&rows[0]).await.expect("read"),
+        "as the inner store has it"
+    );
+    assert_eq!(read[0].checkpoint.as_deref(), Some("799"));
+    assert_eq!(read[0].aggregate_sequence.as_deref(), Some("800"));
+    assert_eq!(read[0].failing, Some(failing), "a key's failing");
+    assert_eq!(
+        read[0].expires_at,
+        Some(1_900_000_001),
+        "a key's expires_at"
+    );
+    assert_eq!(
+        read[1].checkpoint, None,
+        "a row written meanwhile is not overwritten"
+    );
+}

@@ -1,0 +1,145 @@
+use std::sync::Mutex;
+
+use super::call::Args;
+use super::*;
+use crate::store::MemoryLeaseStore;
+
+/// Passes every call on, noting what it saw.
+#[derive(Default)]
+struct Noting(Mutex<Vec<String>>);
+
+impl Layer for Noting {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(format!("{:?} {:?}", call.operation(), call.keys()));
+        next.run(call)
+    }
+}
+
+#[tokio::test]
+async fn a_layered_store_hands_every_field_of_every_write_to_the_inner_store() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Layered::new(memory.clone(), Noting::default());
+    every_field::reach(&store, &memory).await;
+    let seen = store.layer().0.lock().expect("notes").clone();
+    for operation in [
+        "AcquireAndRead",
+        "Renew",
+        "Commit",
+        "Read",
+        "MarkContended",
+        "Finish",
+        "CommitRows",
+        "ReadRows",
+    ] {
+        assert!(
+            seen.iter().any(|line| line.starts_with(operation)),
+            "{operation} went through the layer: {seen:?}"
+        );
+    }
+}
+
+/// Doubles every lease's ttl.
+struct Doubling;
+
+impl Layer for Doubling {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        match call.lease_ttl() {
+            Some(ttl) => next.run(call.with_lease_ttl(ttl * 2)),
+            None => next.run(call),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_layer_can_change_the_lease_ttl_and_only_that() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Layered::new(memory.clone(), Doubling);
+    let key = LeaseKey::new("orders", "shardId-000000000000");
+    let before = crate::store::memory::now_millis();
+    store
+        .acquire_and_read(&key, "a", Duration::from_secs(100), None)
+        .await
+        .expect("claim");
+    let expiry = memory
+        .read(&key)
+        .await
+        .expect("read")
+        .lease_expiry
+        .expect("held");
+    assert!(
+        expiry >= before + 200_000,
+        "the ttl doubled: {expiry} from {before}"
+    );
+    assert!(
+        LeaseStore::renew(&store, &key, "a", Duration::from_secs(1))
+            .await
+            .expect("renew")
+    );
+    let expiry = memory
+        .read(&key)
+        .await
+        .expect("read")
+        .lease_expiry
+        .expect("held");
+    assert!(
+        expiry < before + 10_000,
+        "the seed's renew doubled too: {expiry}"
+    );
+
+    let call = Call {
+        args: Args::Commit {
+            key: &key,
+            owner: "a",
+            commit: &Commit::default(),
+        },
+    };
+    assert_eq!(
+        call.with_lease_ttl(Duration::from_secs(1)).lease_ttl(),
+        None,
+        "a commit takes no lease"
+    );
+}
+
+#[tokio::test]
+async fn a_layer_that_does_not_run_the_call_answers_for_the_store() {
+    struct Down;
+    impl Layer for Down {
+        fn around<'a, T: fmt::Debug + Send + 'a>(
+            &'a self,
+            _call: Call<'a>,
+            _next: Next<'a, T>,
+        ) -> BoxFuture<'a, Result<T, LeaseError>> {
+            Box::pin(async { Err("down".into()) })
+        }
+    }
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Layered::new(memory.clone(), Down);
+    let key = LeaseKey::new("orders", "shardId-000000000000");
+    assert!(
+        store
+            .acquire_and_read(&key, "a", Duration::from_secs(1), None)
+            .await
+            .is_err()
+    );
+    assert!(
+        LeaseStore::acquire(&store, &key, "a", Duration::from_secs(1))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        memory.read(&key).await.expect("read").lease_owner,
+        None,
+        "nothing reached it"
+    );
+}

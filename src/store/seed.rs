@@ -1,0 +1,283 @@
+//! [`SeedStore`]: the one adapter that makes a store of the seed crate's five methods a
+//! [`CheckpointStore`], with what such a store cannot keep said once, here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::checkpoints::{CheckpointStore, Claim, Commit, KeyCommit};
+use super::lease::{BoxFuture, LeaseError, LeaseState, LeaseStore};
+use super::row::Below;
+use crate::key::LeaseKey;
+use crate::sequence::{Position, SHARD_END};
+
+/// The owner [`SeedStore::finish`](CheckpointStore::finish) takes a parent's lease as.
+const GATE: &str = "kinesis-checkpoint:gate";
+/// The owner [`SeedStore::commit_rows`](CheckpointStore::commit_rows) takes a key's row as.
+const WRITER: &str = "kinesis-checkpoint:partition-key";
+/// How long those two hold a lease they take for a moment.
+const MOMENT: Duration = Duration::from_secs(10);
+
+/// A store of the seed crate's five methods ([`LeaseStore`]), as the engine's
+/// [`CheckpointStore`]: each of the engine's operations built from those five.
+///
+/// Five methods can hold a lease and one checkpoint string, so the adapter keeps the lease, the
+/// fencing, and every whole record done; records are never lost. What it cannot keep, and what
+/// that costs:
+///
+/// - **`failing`**: attempts are counted within one invocation only. A record the handler
+///   rejects is still dead-lettered, but one that keeps asking for a retry is retried until the
+///   mapping gives up on it, as it would be without this toolkit.
+/// - **`done_above`**: records done out of order above the checkpoint (per-key concurrency) run
+///   again after a redelivery: a duplicate, never a loss.
+/// - **`parent_shards`**: the gate asks the stream's topology for a child's parents again in
+///   every invocation.
+/// - **`expires_at`**: a finished shard's row is never deleted by `DynamoDB`'s TTL.
+/// - **`reported`** (the claim's `attempting`, and the commit's change): a batch the mapping
+///   discards after an invocation died on it, or after it was reported, goes unnoticed: no gap
+///   is found.
+/// - **`contended`**: [`mark_contended`](CheckpointStore::mark_contended) does nothing, so a
+///   batch the mapping discards while another owner's lease lingers goes unnoticed too.
+/// - **progress inside a KPL aggregate**: a position inside an aggregate is not written (only
+///   checked, by a renew, that the lease is still held); the record done whole before it is.
+///   The sub-records done so far run again after a redelivery: a duplicate, never a loss.
+/// - **one request per step**: a claim is `acquire` then `read`, a commit a `checkpoint` then a
+///   `release`, so a lease lost between the two leaves the (true) checkpoint written;
+///   [`commit_rows`](CheckpointStore::commit_rows) takes, writes and releases each row in turn
+///   and cannot compare counters, so it does not detect a concurrent delivery of the same key.
+/// - **`requests`**: not counted (`None`).
+///
+/// `read` and `read_rows` return whatever the inner store's `read` returns: a store that keeps
+/// more than the checkpoint (the memory store does) shows it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit, FailingChange, SeedStore};
+/// use kinesis_checkpoint::{FailingRecord, LeaseKey, LeaseStore, MemoryLeaseStore, Position};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// // Any store of the five methods; the memory store here, to look at the row.
+/// let memory = Arc::new(MemoryLeaseStore::new());
+/// let store = SeedStore::new(memory.clone());
+/// let key = LeaseKey::new("orders", "shardId-000000000000");
+/// let Claim::Acquired(_) = store.acquire_and_read(&key, "me", Duration::from_secs(30), None).await?
+/// else {
+///     panic!("nobody else holds it");
+/// };
+/// let done = Position::record("17".parse()?);
+/// let mut commit = Commit::default();
+/// commit.checkpoint = Some(done.clone());
+/// commit.failing = FailingChange::Set(FailingRecord::first(&done, "boom", 1));
+/// assert!(store.commit(&key, "me", &commit).await?);
+///
+/// let row = LeaseStore::read(memory.as_ref(), &key).await?;
+/// assert_eq!(row.checkpoint.as_deref(), Some("17"), "the checkpoint is kept");
+/// assert_eq!(row.failing, None, "the failing record is not");
+/// assert_eq!(row.lease_owner, None, "and the lease was released");
+/// # Ok(())
+/// # }
+/// ```
+pub struct SeedStore<S: ?Sized> {
+    store: Arc<S>,
+}
+
+impl<S: LeaseStore + ?Sized> SeedStore<S> {
+    /// Adapts `store`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use kinesis_checkpoint::store::SeedStore;
+    /// use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    ///
+    /// let store = SeedStore::new(Arc::new(MemoryLeaseStore::new()));
+    /// let processor = Processor::new(Arc::new(store), |_: Record| async { Outcome::ack() });
+    /// ```
+    #[must_use]
+    pub fn new(store: Arc<S>) -> Self {
+        Self { store }
+    }
+
+    /// The adapted store.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::store::SeedStore;
+    /// # use kinesis_checkpoint::MemoryLeaseStore;
+    /// let memory = Arc::new(MemoryLeaseStore::new());
+    /// assert!(Arc::ptr_eq(SeedStore::new(memory.clone()).inner(), &memory));
+    /// ```
+    #[must_use]
+    pub fn inner(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Writes what five methods can of `position`: a whole record or the shard's end; inside an
+    /// aggregate, only a check that the lease is still held.
+    async fn checkpoint_position(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        position: &Position,
+    ) -> Result<bool, LeaseError> {
+        match position.sub_sequence() {
+            None => {
+                self.store
+                    .checkpoint(key, owner, position.checkpoint())
+                    .await
+            }
+            Some(_) => self.store.renew(key, owner, Duration::ZERO).await,
+        }
+    }
+
+    /// The record done whole that `below` names under a position inside an aggregate, if any.
+    fn whole_below(position: Option<&Position>, below: &Below) -> Option<Position> {
+        match (position, below) {
+            (Some(position), Below::Record(prior)) if position.sub_sequence().is_some() => {
+                Some(Position::record(prior.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
+    fn acquire_and_read<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+        attempting: Option<&'a Position>,
+    ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
+        // Nowhere to mark `attempting` (see `reported` above).
+        let _ = attempting;
+        Box::pin(async move {
+            let acquired = self.store.acquire(key, owner, ttl).await?;
+            let state = self.store.read(key).await?;
+            Ok(if acquired {
+                Claim::Acquired(state)
+            } else {
+                Claim::Held(state)
+            })
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        self.store.renew(key, owner, ttl)
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        commit: &'a Commit,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        // Only the checkpoint is written (see the list above for the other fields).
+        Box::pin(async move {
+            if let Some(prior) = Self::whole_below(commit.checkpoint.as_ref(), &commit.below)
+                && !self.checkpoint_position(key, owner, &prior).await?
+            {
+                return Ok(false);
+            }
+            if let Some(position) = &commit.checkpoint
+                && !self.checkpoint_position(key, owner, position).await?
+            {
+                return Ok(false);
+            }
+            self.store.release(key, owner).await?;
+            Ok(true)
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        expected: Option<&'a str>,
+        expires_at: u64,
+    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
+        // Nowhere to keep `expires_at`.
+        let _ = expires_at;
+        Box::pin(async move {
+            if !self.store.acquire(key, GATE, MOMENT).await? {
+                return Ok(false);
+            }
+            let row = self.store.read(key).await?;
+            let unchanged = row.checkpoint.as_deref() == expected && row.unfinished().is_none();
+            let written = unchanged && self.store.checkpoint(key, GATE, SHARD_END).await?;
+            self.store.release(key, GATE).await?;
+            Ok(written)
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
+        self.store.read(key)
+    }
+
+    fn read_rows<'a>(
+        &'a self,
+        keys: &'a [LeaseKey],
+    ) -> BoxFuture<'a, Result<Vec<LeaseState>, LeaseError>> {
+        Box::pin(async move {
+            let mut states = Vec::with_capacity(keys.len());
+            for key in keys {
+                states.push(self.store.read(key).await?);
+            }
+            Ok(states)
+        })
+    }
+
+    fn commit_rows<'a>(
+        &'a self,
+        commits: &'a [KeyCommit],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
+        // Neither the counter nor the failing record nor `expires_at` (see above).
+        Box::pin(async move {
+            let mut written = Vec::with_capacity(commits.len());
+            for commit in commits {
+                if !self.store.acquire(&commit.row, WRITER, MOMENT).await? {
+                    written.push(false);
+                    continue;
+                }
+                let mut ok = true;
+                if let Some(prior) = Self::whole_below(commit.checkpoint.as_ref(), &commit.below) {
+                    ok = self
+                        .checkpoint_position(&commit.row, WRITER, &prior)
+                        .await?;
+                }
+                if let Some(position) = &commit.checkpoint
+                    && ok
+                {
+                    ok = self
+                        .checkpoint_position(&commit.row, WRITER, position)
+                        .await?;
+                }
+                self.store.release(&commit.row, WRITER).await?;
+                written.push(ok);
+            }
+            Ok(written)
+        })
+    }
+
+    fn mark_contended<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        first: &'a Position,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        // Nowhere to keep it (see `contended` above).
+        let _ = (key, first);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn requests(&self) -> Option<u64> {
+        None
+    }
+}
