@@ -14,39 +14,71 @@
 //! - a child shard waits until its parents are finished, after a split or a merge;
 //! - a poison record goes to a dead-letter sink with its payload, and the shard moves on;
 //! - KPL aggregates are unpacked, with checkpoints inside an aggregate;
-//! - records of different partition keys can run concurrently, each key in order ([`keyed`]),
-//!   and `ParallelizationFactor` above 1 is served by a checkpoint per partition key
-//!   ([`partition_key`]);
+//! - records of different partition keys can run concurrently, each key in order
+//!   ([`Processor::concurrency`]), and `ParallelizationFactor` above 1 is served by a
+//!   checkpoint per partition key ([`PartitionKeyMode`]);
 //! - a malformed record is never skipped silently.
 //!
-//! The pieces, one module each:
+//! # What a function uses
 //!
-//! | module | concept |
+//! Everything a Lambda function needs is at the crate root, in one `use`:
+//!
+//! | name | what it is |
 //! |---|---|
-//! | [`sequence`] | sequence numbers and the extended order checkpoints compare in |
-//! | [`record`] | the record a handler sees: where it came from, its position, its payload |
-//! | [`event`] | Lambda's Kinesis event ([`LambdaKinesisEvent`]), read into records; [`MalformedRecord`] |
-//! | [`kpl`] | KPL aggregates unpacked into their user records: [`deaggregate`] (always built) |
-//! | [`handler`] | the user's function and what it answers ([`Outcome`]) |
-//! | [`key`] | [`LeaseKey`], the name a row lives under |
-//! | [`store`] | the seed's [`LeaseStore`], the engine's [`CheckpointStore`], the adapter [`SeedStore`], [`Layered`] wrappers, [`MemoryLeaseStore`], [`DynamoLeaseStore`] (feature `dynamodb`) |
-//! | `aws_error` | an AWS SDK error as one short line: the service's code and message (features `dynamodb`, `kinesis`, `sqs`) |
-//! | [`dead_letter`] | where poison records go: [`DeadLetterSink`], `SqsDeadLetters` (feature `sqs`) |
-//! | [`gate`] | a child shard waits until its parents are finished; the stream's topology |
+//! | [`Processor`] | the builder a function configures, and the Lambda service it runs |
+//! | [`ShardMode`] | the default mode, one lease and checkpoint per shard (`ParallelizationFactor` 1), with its settings |
+//! | [`PartitionKeyMode`] | the mode for `ParallelizationFactor` 2 to 10: a checkpoint per partition key, with its settings |
+//! | [`Mode`] | the mode as a value, read from configuration (`"shard"`, `"partition-key"`) to pick one at start-up |
+//! | [`ProcessError`] | why a whole batch failed |
+//! | [`Handler`] | the user's function, any `async fn(Record) -> Outcome` |
+//! | [`Outcome`] | what the handler answers: ack, retry or reject |
+//! | [`HandlerError`] | the error a retry or a rejection carries |
+//! | [`json`], [`Json`] | a handler of a typed JSON payload |
+//! | [`BoxFuture`] | the future a hand-written [`Handler`] returns |
+//! | [`Record`] | the record a handler sees: where it came from, its position, its payload |
+//! | [`PayloadError`] | a payload that is not the JSON asked for |
+//! | [`LeaseKey`] | a shard's name (stream and shard), where a record came from |
+//! | [`SequenceNumber`], [`Position`] | a record's sequence number, and its place with a KPL sub-sequence |
+//! | [`BatchReport`] | what an invocation did with each record ([`report`] has the rest) |
+//! | [`MemoryLeaseStore`] | leases and checkpoints in memory, for one process |
+//! | [`DynamoLeaseStore`] | leases and checkpoints in a `DynamoDB` table (feature `dynamodb`) |
+//! | [`DeadLetterSink`] | where poison records go |
+//! | [`SqsDeadLetters`] | the SQS dead-letter sink (feature `sqs`) |
+//! | [`Gate`], [`StartingPosition`] | a child shard waits until its parents are finished |
+//! | [`KinesisTopology`] | the stream's shards, from Kinesis, for the gate (feature `kinesis`) |
+//! | [`Metrics`] | each invocation as a `CloudWatch` embedded-metric line |
+//!
+//! # Modules
+//!
+//! | module | for whom |
+//! |---|---|
+//! | [`processor`] | the builder's defaults, the mode trait and [`UnknownMode`](processor::UnknownMode) |
+//! | [`store`] | store implementers and wrappers: the seed's [`LeaseStore`](store::LeaseStore), the engine's [`CheckpointStore`](store::CheckpointStore), the adapter [`SeedStore`](store::SeedStore), [`Layered`](store::Layered) wrappers, `store::dynamo` |
+//! | [`sequence`] | sequence numbers and the extended order checkpoints compare in; `SHARD_END` |
+//! | [`event`] | Lambda's Kinesis event ([`LambdaKinesisEvent`](event::LambdaKinesisEvent)), read into records; malformed records |
+//! | [`kpl`] | KPL aggregates unpacked into their user records (always built) |
+//! | [`report`] | what an invocation did with each record: dispositions and stop reasons |
+//! | [`dead_letter`] | dead letters, their message format and redrive |
+//! | [`gate`] | the parent gate and the stream's topology, for topology implementers |
 //! | [`gap`] | records the mapping discarded, found and run before the batch |
-//! | [`keyed`] | per-key concurrency within one invocation |
-//! | [`partition_key`] | the mode for `ParallelizationFactor` above 1: a checkpoint per partition key |
-//! | [`processor`] | the builder a function configures, and the Lambda service |
-//! | [`report`] | what an invocation did with each record: [`BatchReport`], [`ShardReport`], [`Disposition`], [`StopReason`] |
-//! | `local` | a local event source that behaves like Lambda's mapping, over a stream in memory or on a Kinesis endpoint (feature `local`) |
 //! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
+//! | `aws_error` | an AWS SDK error as one short line (features `dynamodb`, `kinesis`, `sqs`) |
+//! | `local` | a local event source that behaves like Lambda's mapping (feature `testing`) |
+//!
+//! # Features
+//!
+//! `dynamodb`, `kinesis` and `sqs` (on by default) build the AWS pieces. `testing` (off) adds
+//! the test doubles ([`MemoryDeadLetters`](dead_letter::MemoryDeadLetters),
+//! [`MemoryQueue`](dead_letter::MemoryQueue)) and the local event source (`local`); a deployed
+//! function needs neither. `local` is the old name of `testing`, and `kpl` does nothing: both
+//! stay so that manifests naming them keep building.
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use kinesis_checkpoint::prelude::*;
+//! use kinesis_checkpoint::{DynamoLeaseStore, Outcome, Processor, Record};
 //!
 //! async fn handle(record: Record) -> Outcome {
 //!     tracing::info!(sequence = %record.sequence(), "processed");
@@ -69,58 +101,34 @@ mod engine;
 pub mod event;
 pub mod gap;
 pub mod gate;
-pub mod handler;
-pub mod key;
+mod handler;
+mod key;
 pub mod kpl;
-#[cfg(feature = "local")]
+#[cfg(feature = "testing")]
 pub mod local;
 pub mod metrics;
 pub mod processor;
-pub mod record;
+mod record;
 pub mod report;
 pub mod sequence;
 pub mod store;
 
-pub use engine::{keyed, partition_key};
-
-pub use dead_letter::{
-    DeadLetter, DeadLetterError, DeadLetterReason, DeadLetterSink, MemoryDeadLetters,
-};
+pub use dead_letter::DeadLetterSink;
 #[cfg(feature = "sqs")]
-pub use dead_letter::{RedriveError, RedriveReport, SqsDeadLetters, redrive};
-pub use event::{LambdaKinesisEvent, MalformedReason, MalformedRecord};
+pub use dead_letter::SqsDeadLetters;
+#[cfg(feature = "kinesis")]
+pub use gate::KinesisTopology;
+pub use gate::{Gate, StartingPosition};
 pub use handler::{Handler, HandlerError, Json, Outcome, json};
 pub use key::LeaseKey;
-pub use kpl::{Deaggregated, KplError, KplErrorKind, deaggregate};
-pub use partition_key::Mode;
-pub use processor::{ProcessError, Processor};
+pub use metrics::Metrics;
+pub use processor::{Mode, PartitionKeyMode, ProcessError, Processor, ShardMode};
 pub use record::{PayloadError, Record};
-pub use report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
-pub use sequence::{Position, SHARD_END, SequenceError, SequenceNumber};
+pub use report::BatchReport;
+pub use sequence::{Position, SequenceNumber};
 #[cfg(feature = "dynamodb")]
-pub use store::dynamo::{DynamoLeaseStore, UnattributedLegacyRow};
-pub use store::{
-    Below, BoxFuture, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit,
-    Layered, LeaseError, LeaseState, LeaseStore, MemoryLeaseStore, ReportedChange, SeedStore,
-};
-
-/// The names a Lambda function needs, in one `use`.
-///
-/// ```
-/// use kinesis_checkpoint::prelude::*;
-///
-/// let _ = Outcome::ack();
-/// ```
-pub mod prelude {
-    #[cfg(feature = "dynamodb")]
-    pub use crate::DynamoLeaseStore;
-    #[cfg(feature = "sqs")]
-    pub use crate::SqsDeadLetters;
-    pub use crate::{
-        CheckpointStore, Handler, LeaseStore, MemoryLeaseStore, Outcome, Processor, Record,
-        SeedStore, json,
-    };
-}
+pub use store::dynamo::DynamoLeaseStore;
+pub use store::{BoxFuture, MemoryLeaseStore};
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]

@@ -19,7 +19,6 @@
 //! `redrive.rs` running the queue's letters again.
 
 use std::error::Error as StdError;
-use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use crate::record::Record;
@@ -135,58 +134,8 @@ pub trait DeadLetterSink: Send + Sync + 'static {
     fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>>;
 }
 
-/// Dead letters in memory: for tests and the demo.
-///
-/// ```
-/// use kinesis_checkpoint::MemoryDeadLetters;
-///
-/// let letters = MemoryDeadLetters::new();
-/// assert!(letters.letters().is_empty());
-/// ```
-#[derive(Debug, Default)]
-pub struct MemoryDeadLetters {
-    letters: Mutex<Vec<DeadLetter>>,
-}
-
-impl MemoryDeadLetters {
-    /// An empty sink.
-    ///
-    /// ```
-    /// # use kinesis_checkpoint::MemoryDeadLetters;
-    /// let letters = MemoryDeadLetters::new();
-    /// ```
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Every letter received, in order.
-    ///
-    /// ```
-    /// # use kinesis_checkpoint::MemoryDeadLetters;
-    /// assert_eq!(MemoryDeadLetters::new().letters().len(), 0);
-    /// ```
-    #[must_use]
-    pub fn letters(&self) -> Vec<DeadLetter> {
-        self.letters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl DeadLetterSink for MemoryDeadLetters {
-    fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
-        Box::pin(async move {
-            self.letters
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(letter.clone());
-            Ok(())
-        })
-    }
-}
-
+#[cfg(feature = "testing")]
+mod memory;
 #[cfg(feature = "sqs")]
 mod message;
 #[cfg(feature = "sqs")]
@@ -196,10 +145,14 @@ mod redrive;
 #[cfg(feature = "sqs")]
 mod sqs;
 
+#[cfg(feature = "testing")]
+pub use memory::MemoryDeadLetters;
+#[cfg(all(feature = "testing", feature = "sqs"))]
+pub use memory::{MemoryQueue, QueueRefused};
 #[cfg(feature = "sqs")]
 pub use message::{Message, MessageAttribute, is_sqs_text};
 #[cfg(feature = "sqs")]
-pub use queue::{MemoryQueue, MessageQueue, QueueRefused, Received, send_letter};
+pub use queue::{MessageQueue, Received, send_letter};
 #[cfg(feature = "sqs")]
 pub use redrive::{RedriveError, RedriveReport, redrive, redrive_queue};
 #[cfg(feature = "sqs")]

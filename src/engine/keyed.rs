@@ -15,7 +15,7 @@
 //!   above it (other keys that went on) are remembered in the row's `done_above`, written with
 //!   the checkpoint in the same conditional write, so a redelivery skips them.
 //! - `done_above` is bounded ([`Processor::max_done_above`](crate::Processor::max_done_above),
-//!   [`DEFAULT_MAX_DONE_ABOVE`] by default). At the bound no new record starts above the lowest
+//!   [`DEFAULT_MAX_DONE_ABOVE`](crate::processor::DEFAULT_MAX_DONE_ABOVE) by default). At the bound no new record starts above the lowest
 //!   record not done (that one may always start, since finishing it only shrinks the set): the
 //!   rest is not attempted and comes back with the redelivery. Nothing runs twice and nothing is
 //!   forgotten; progress past a stuck key waits until the stuck record is done or dead-lettered.
@@ -41,7 +41,6 @@ use std::task::Poll;
 use super::attempt::{Failing, Runner};
 use super::batch::Entry;
 use super::ordered::Dispatched;
-pub use super::settings::DEFAULT_MAX_DONE_ABOVE;
 use crate::handler::Handler;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;

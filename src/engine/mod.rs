@@ -13,10 +13,10 @@
 //! | `invocation` | the invocation's owner and deadline, the lease as dispatch sees it |
 //! | `attempt` | the shared attempt runner: one record, guarded, failures and dead letters |
 //! | `ordered` | sequential dispatch |
-//! | [`keyed`] | per-key dispatch |
+//! | `keyed` | per-key dispatch |
 //! | `recovery` | records the mapping skipped, read and put before the batch |
 //! | `shard` | the shard mode: lease, gate, keep-alive, one checkpoint write |
-//! | [`partition_key`] | the partition-key mode: a row per key |
+//! | `partition_key` | the partition-key mode: a row per key |
 //!
 //! Every dispatcher runs a record through the one attempt runner, so a record is treated alike
 //! whichever mode and dispatcher run it; none of them sees the builder
@@ -25,9 +25,9 @@
 mod attempt;
 mod batch;
 mod invocation;
-pub mod keyed;
+mod keyed;
 mod ordered;
-pub mod partition_key;
+mod partition_key;
 mod recovery;
 mod settings;
 mod shard;
@@ -38,8 +38,8 @@ use tracing::Instrument;
 
 pub(crate) use settings::Settings;
 pub use settings::{
-    DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_LEASE_TTL, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_DONE_ABOVE, Mode,
+    DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_KEY_TTL, DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DONE_ABOVE, Mode, UnknownMode,
 };
 
 use self::batch::{ShardBatch, deaggregate, group};

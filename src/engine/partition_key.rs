@@ -3,7 +3,7 @@
 //! With `ParallelizationFactor` N (2 to 10), Lambda runs up to N batches of one shard at once,
 //! split by partition key: order holds per key, not per shard. A shard lease would let one of
 //! them run and turn the others away, and a shard checkpoint would skip records of other keys
-//! that are still running elsewhere. So in this mode ([`Mode::PartitionKey`]) there is no shard
+//! that are still running elsewhere. So in this mode ([`PartitionKeyMode`](crate::PartitionKeyMode)) there is no shard
 //! lease and no shard checkpoint: every partition key has a row of its own, keyed
 //! `stream:shard:partition-key` in the same table, holding the key's checkpoint, its failing
 //! record and a TTL. One invocation:
@@ -58,10 +58,8 @@ use super::batch::{Entry, ShardBatch, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed::{self, Limits, State};
 use super::settings::Settings;
-pub use super::settings::{DEFAULT_KEY_TTL, Mode, UnknownMode};
 use crate::handler::Handler;
-use crate::key::LeaseKey;
-pub use crate::key::row_key;
+use crate::key::{LeaseKey, row_key};
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber};
 use crate::store::memory::now_millis;

@@ -32,19 +32,28 @@ pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
 /// 60 KB of a `DynamoDB` item's 400 KB, with 56-digit sequence numbers.
 pub const DEFAULT_MAX_DONE_ABOVE: usize = 1_000;
 
-/// How a processor keeps its checkpoints: which fits the event source mapping's
-/// `ParallelizationFactor`.
+/// How a processor keeps its checkpoints, as a value: which fits the event source mapping's
+/// `ParallelizationFactor`. The builder takes the mode as a type
+/// ([`ShardMode`](crate::ShardMode), [`PartitionKeyMode`](crate::PartitionKeyMode)); this is
+/// the same choice read from configuration, for a function that branches at start-up.
 ///
 /// ```
 /// use std::sync::Arc;
 ///
 /// use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
 ///
+/// async fn handle(_: Record) -> Outcome {
+///     Outcome::ack()
+/// }
+///
+/// let store = Arc::new(MemoryLeaseStore::new());
 /// // ParallelizationFactor above 1:
-/// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-///     .mode(Mode::PartitionKey);
-/// assert_eq!("partition-key".parse::<Mode>()?, Mode::PartitionKey);
-/// # Ok::<(), kinesis_checkpoint::partition_key::UnknownMode>(())
+/// let mode: Mode = "partition-key".parse()?;
+/// match mode {
+///     Mode::Shard => drop(Processor::new(store, handle).service()),
+///     Mode::PartitionKey => drop(Processor::by_partition_key(store, handle).service()),
+/// }
+/// # Ok::<(), kinesis_checkpoint::processor::UnknownMode>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::by_key::Scans;
-pub use self::by_shard::Verdict;
+pub(crate) use self::by_shard::Verdict;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisTopology;
 use self::lineage::Lineage;

@@ -44,6 +44,7 @@ pub(crate) mod metered;
 mod row;
 mod seed;
 
+pub use crate::key::{LeaseKey, row_key};
 pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
 pub use layer::{Call, Layer, Layered, Next, Operation};
 pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};

@@ -4,9 +4,19 @@
 //! [`service`](Processor::service) or [`process`](Processor::process). What an invocation does
 //! with a batch (claim, gate, dedupe, dispatch, dead letters, checkpoint, answer) is the
 //! engine's, which reads the settings filled in here and never the builder itself.
+//!
+//! The mode is part of the builder's type ([`ShardMode`], [`PartitionKeyMode`]), so that a
+//! setting exists only where it applies: [`lease_ttl`](Processor::lease_ttl),
+//! [`clock_skew`](Processor::clock_skew) and [`max_done_above`](Processor::max_done_above) on the
+//! shard mode, [`key_ttl`](Processor::key_ttl) on the partition-key mode; a setting the other
+//! mode would ignore does not compile there. [`Mode`] is the same choice as a value, read from
+//! configuration, for a function that branches at start-up.
+
+mod mode;
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,21 +25,23 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
 
 use crate::dead_letter::DeadLetterSink;
-use crate::engine::{self, Mode, Settings};
+use crate::engine::{self, Settings};
 pub use crate::engine::{
-    DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_LEASE_TTL, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_DONE_ABOVE,
+    DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_KEY_TTL, DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DONE_ABOVE, Mode, UnknownMode,
 };
 use crate::event::{LambdaKinesisEvent, MalformedRecord};
 use crate::gate::Gate;
 use crate::handler::Handler;
 use crate::metrics::{Meter, Metrics};
-pub use crate::report::{BatchReport, Disposition, RecordReport, ShardReport, StopReason};
-use crate::store::CheckpointStore;
+use crate::report::BatchReport;
+
+pub use self::mode::{CheckpointMode, PartitionKeyMode, ShardMode};
 
 /// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.
 ///
-/// Cloning is cheap: the store and the handler are shared.
+/// `M` is the mode: [`ShardMode`] (the default, [`Processor::new`]) or [`PartitionKeyMode`]
+/// ([`Processor::by_partition_key`]). Cloning is cheap: the store and the handler are shared.
 ///
 /// # Examples
 ///
@@ -52,31 +64,47 @@ use crate::store::CheckpointStore;
 ///     lambda_runtime::run(Processor::new(leases, handle).service()).await
 /// }
 /// ```
-pub struct Processor<H> {
+pub struct Processor<H, M = ShardMode> {
     settings: Settings<H>,
+    mode: PhantomData<M>,
 }
 
-impl<H> Clone for Processor<H> {
-    fn clone(&self) -> Self {
+impl<H, M> Processor<H, M> {
+    /// A processor of mode `M` over settings whose `mode` already says `M`.
+    const fn with(settings: Settings<H>) -> Self {
         Self {
-            settings: self.settings.clone(),
+            settings,
+            mode: PhantomData,
         }
     }
 }
 
-impl<H> fmt::Debug for Processor<H> {
+impl<H, M> Clone for Processor<H, M> {
+    fn clone(&self) -> Self {
+        Self::with(self.settings.clone())
+    }
+}
+
+impl<H, M> fmt::Debug for Processor<H, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let settings = &self.settings;
-        f.debug_struct("Processor")
+        let mut debug = f.debug_struct("Processor");
+        debug
+            .field("mode", &settings.mode)
             .field("dead_letters", &settings.dead_letters.is_some())
             .field("gate", &settings.gate)
             .field("max_attempts", &settings.max_attempts)
-            .field("lease_ttl", &settings.lease_ttl)
-            .field("clock_skew", &settings.clock_skew)
             .field("deadline_margin", &settings.deadline_margin)
-            .field("max_in_flight", &settings.max_in_flight)
-            .field("max_done_above", &settings.max_done_above)
-            .field("mode", &settings.mode)
+            .field("max_in_flight", &settings.max_in_flight);
+        // Only the settings of this mode: the others are never read.
+        match settings.mode {
+            Mode::Shard => debug
+                .field("lease_ttl", &settings.lease_ttl)
+                .field("clock_skew", &settings.clock_skew)
+                .field("max_done_above", &settings.max_done_above),
+            Mode::PartitionKey => debug.field("key_ttl", &settings.key_ttl),
+        };
+        debug
             .field("metrics", &settings.meter.is_some())
             .finish_non_exhaustive()
     }
@@ -102,25 +130,8 @@ impl From<ProcessError> for Diagnostic {
     }
 }
 
-impl<H: Handler> Processor<H> {
-    /// A processor that keeps its leases and checkpoints in `store` and runs `handler` on each
-    /// record.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    ///
-    /// use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    ///
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_record: Record| async {
-    ///     Outcome::ack()
-    /// });
-    /// ```
-    pub fn new(store: Arc<dyn CheckpointStore>, handler: H) -> Self {
-        Self {
-            settings: Settings::new(store, handler),
-        }
-    }
-
+/// The settings both modes share, and the service.
+impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// Emits each invocation's [metrics](crate::metrics) as one `CloudWatch` embedded-metric
     /// line (off by default): records in, processed, duplicates, held, failed, reported,
     /// dead-lettered, the lease store's requests and the checkpoint write's latency.
@@ -217,39 +228,6 @@ impl<H: Handler> Processor<H> {
         self
     }
 
-    /// How long each lease is taken or renewed for (capped by the time left before the
-    /// deadline). Renewal runs every third of it while the batch runs.
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-    ///     .lease_ttl(Duration::from_secs(10));
-    /// ```
-    #[must_use]
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.settings.lease_ttl = ttl.max(Duration::from_millis(3));
-        self
-    }
-
-    /// How far another sandbox's clock may run ahead of this one's (default
-    /// [`DEFAULT_CLOCK_SKEW`]). The stored lease expiry is this sandbox's clock plus the TTL and
-    /// a concurrent delivery elsewhere judges it by its own clock, so this invocation stops
-    /// relying on its lease that much before the expiry it wrote. The margin never exceeds a
-    /// third of the lease's TTL; keep the TTL well above the skew.
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-    ///     .clock_skew(Duration::from_millis(2_500));
-    /// ```
-    #[must_use]
-    pub const fn clock_skew(mut self, skew: Duration) -> Self {
-        self.settings.clock_skew = skew;
-        self
-    }
-
     /// How long before the deadline no new record is started and a running handler is
     /// stopped, so the checkpoint can be written before Lambda times out.
     ///
@@ -266,12 +244,13 @@ impl<H: Handler> Processor<H> {
     }
 
     /// Runs records of different partition keys concurrently, up to `max_in_flight` at once,
-    /// and the records of one key strictly in order (see [`keyed`](crate::keyed)). 1, the
+    /// and the records of one key strictly in order. 1, the
     /// default, runs the whole shard in order, one record at a time.
     ///
     /// When a record of a key fails, no later record of that key runs; other keys go on. The
     /// checkpoint is the highest position below which every record is done, the records done
-    /// above it are remembered in the row (at most [`max_done_above`](Self::max_done_above)) so
+    /// above it are remembered in the row (in the shard mode at most
+    /// [`max_done_above`](Processor::max_done_above)) so
     /// that a redelivery skips them, and the record reported is the lowest one not done.
     ///
     /// ```
@@ -283,58 +262,6 @@ impl<H: Handler> Processor<H> {
     #[must_use]
     pub fn concurrency(mut self, max_in_flight: usize) -> Self {
         self.settings.max_in_flight = max_in_flight.max(1);
-        self
-    }
-
-    /// How many records done above the checkpoint the row may remember (default
-    /// [`DEFAULT_MAX_DONE_ABOVE`]), under per-key [`concurrency`](Self::concurrency). At the
-    /// bound, no new record starts above the lowest one not done: the rest of the batch is not
-    /// attempted and comes back with the redelivery, so nothing runs twice and the row stays
-    /// small (a `DynamoDB` item holds 400 KB; a position takes about 60 bytes).
-    ///
-    /// ```
-    /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-    ///     .concurrency(32)
-    ///     .max_done_above(500);
-    /// ```
-    #[must_use]
-    pub fn max_done_above(mut self, positions: usize) -> Self {
-        self.settings.max_done_above = positions.max(1);
-        self
-    }
-
-    /// How checkpoints are kept: [`Mode::Shard`] (the default) for an event source mapping with
-    /// `ParallelizationFactor` 1, [`Mode::PartitionKey`] for 2 to 10 (see
-    /// [`partition_key`](crate::partition_key)).
-    ///
-    /// ```
-    /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-    ///     .mode(Mode::PartitionKey)
-    ///     .concurrency(16);
-    /// ```
-    #[must_use]
-    pub const fn mode(mut self, mode: Mode) -> Self {
-        self.settings.mode = mode;
-        self
-    }
-
-    /// How long a partition key's row outlives its last write in [`Mode::PartitionKey`]
-    /// (default [`DEFAULT_KEY_TTL`](crate::partition_key::DEFAULT_KEY_TTL), 8 days): set it to the stream's retention and a day.
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use kinesis_checkpoint::{MemoryLeaseStore, Mode, Outcome, Processor, Record};
-    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
-    ///     .mode(Mode::PartitionKey)
-    ///     .key_ttl(Duration::from_hours(25));
-    /// ```
-    #[must_use]
-    pub const fn key_ttl(mut self, ttl: Duration) -> Self {
-        self.settings.key_ttl = ttl;
         self
     }
 
