@@ -74,7 +74,7 @@ impl MalformedRecord {
     /// The sequence number to report for this record, when the event gave a valid one.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{MalformedReason, MalformedRecord};
+    /// # use kinesis_checkpoint::event::{MalformedReason, MalformedRecord};
     /// let record = MalformedRecord {
     ///     index: 0,
     ///     stream: Some("orders".into()),

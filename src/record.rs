@@ -59,7 +59,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "hi");
     /// assert_eq!(record.data(), b"hi");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn new(
@@ -108,7 +108,7 @@ impl Record {
     /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
     ///     .with_sub_sequence(3);
     /// assert_eq!(record.position().to_string(), "5/3");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn with_sub_sequence(mut self, sub_sequence: u64) -> Self {
@@ -123,7 +123,7 @@ impl Record {
     /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
     ///     .with_explicit_hash_key("170141183460469231731687303715884105728");
     /// assert!(record.explicit_hash_key().is_some());
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn with_explicit_hash_key(mut self, hash_key: impl Into<Arc<str>>) -> Self {
@@ -140,7 +140,7 @@ impl Record {
     /// let record = Record::new(LeaseKey::new("s", "shardId-000000000000"), "5".parse()?, "k", "x")
     ///     .with_arrival(then);
     /// assert_eq!(record.arrival(), then);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn with_arrival(mut self, arrival: SystemTime) -> Self {
@@ -155,7 +155,7 @@ impl Record {
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// let record = Record::new(key.clone(), "1".parse()?, "k", "x");
     /// assert_eq!(record.key(), &key);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn key(&self) -> &LeaseKey {
@@ -168,7 +168,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.stream(), "orders");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn stream(&self) -> &str {
@@ -181,7 +181,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.shard(), "shardId-000000000000");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn shard(&self) -> &str {
@@ -194,7 +194,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.sequence().as_str(), "1");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn sequence(&self) -> &SequenceNumber {
@@ -207,7 +207,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.sub_sequence(), None);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn sub_sequence(&self) -> Option<u64> {
@@ -220,7 +220,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Position, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.position(), Position::record("1".parse()?));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn position(&self) -> Position {
@@ -247,7 +247,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.partition_key(), "k");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn partition_key(&self) -> &str {
@@ -262,7 +262,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.routing_key(), "k");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn routing_key(&self) -> &str {
@@ -283,7 +283,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.explicit_hash_key(), None);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
@@ -296,7 +296,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert_eq!(record.data(), b"x");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn data(&self) -> &[u8] {
@@ -310,7 +310,7 @@ impl Record {
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// let payload = record.bytes().clone();
     /// assert_eq!(&payload[..], b"x");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn bytes(&self) -> &Bytes {
@@ -329,7 +329,7 @@ impl Record {
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
     /// assert!(record.arrival() <= std::time::SystemTime::now());
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn arrival(&self) -> SystemTime {
@@ -380,7 +380,7 @@ pub struct PayloadError {
 /// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "7".parse()?, "k", "card 4111");
 /// let debug = format!("{record:?}");
 /// assert!(debug.contains("9 bytes") && !debug.contains("4111"));
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -103,7 +103,7 @@ impl StopReason {
     /// Whether the records were processed but their checkpoint could not be written.
     ///
     /// ```
-    /// # use kinesis_checkpoint::StopReason;
+    /// # use kinesis_checkpoint::report::StopReason;
     /// assert!(StopReason::CheckpointFenced.is_checkpoint_failure());
     /// assert!(!StopReason::Deadline.is_checkpoint_failure());
     /// ```
@@ -175,7 +175,7 @@ impl ShardReport {
     /// How many records met `disposition`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{Disposition, ShardReport};
+    /// # use kinesis_checkpoint::report::{Disposition, ShardReport};
     /// fn print(report: &ShardReport) {
     ///     println!("{} processed", report.count(Disposition::Processed));
     /// }

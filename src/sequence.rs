@@ -32,7 +32,7 @@ pub const MAX_DIGITS: usize = 129;
 /// let later: SequenceNumber = "49590338271490256608559692538361571095921575989136588898".parse()?;
 /// assert!(earlier < later);
 /// assert!("007".parse::<SequenceNumber>().is_err());
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct SequenceNumber(Arc<str>);
@@ -44,7 +44,7 @@ impl SequenceNumber {
     /// # use kinesis_checkpoint::SequenceNumber;
     /// let sequence: SequenceNumber = "42".parse()?;
     /// assert_eq!(sequence.as_str(), "42");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn as_str(&self) -> &str {
@@ -134,7 +134,7 @@ impl fmt::Debug for SequenceNumber {
 /// assert!(fifth_of_aggregate < whole_record);
 /// assert!(whole_record < next);
 /// assert!(next < Position::ShardEnd);
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Position {
@@ -156,7 +156,7 @@ impl Position {
     /// # use kinesis_checkpoint::Position;
     /// let position = Position::record("7".parse()?);
     /// assert_eq!(position.to_string(), "7");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn record(sequence: SequenceNumber) -> Self {
@@ -172,7 +172,7 @@ impl Position {
     /// # use kinesis_checkpoint::Position;
     /// let position = Position::sub_record("7".parse()?, 2);
     /// assert_eq!(position.to_string(), "7/2");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn sub_record(sequence: SequenceNumber, sub_sequence: u64) -> Self {
@@ -190,10 +190,11 @@ impl Position {
     /// A `checkpoint` that is neither [`SHARD_END`] nor a valid sequence number.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{Position, SHARD_END};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::sequence::SHARD_END;
     /// assert_eq!(Position::from_checkpoint(SHARD_END, None)?, Position::ShardEnd);
     /// assert_eq!(Position::from_checkpoint("12", Some(3))?.to_string(), "12/3");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     pub fn from_checkpoint(
         checkpoint: &str,
@@ -212,10 +213,11 @@ impl Position {
     /// [`SHARD_END`].
     ///
     /// ```
-    /// # use kinesis_checkpoint::{Position, SHARD_END};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::sequence::SHARD_END;
     /// assert_eq!(Position::ShardEnd.checkpoint(), SHARD_END);
     /// assert_eq!(Position::sub_record("12".parse()?, 3).checkpoint(), "12");
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn checkpoint(&self) -> &str {
@@ -231,7 +233,7 @@ impl Position {
     /// # use kinesis_checkpoint::Position;
     /// assert_eq!(Position::sub_record("12".parse()?, 3).sub_sequence(), Some(3));
     /// assert_eq!(Position::record("12".parse()?).sub_sequence(), None);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub const fn sub_sequence(&self) -> Option<u64> {
@@ -330,7 +332,7 @@ pub enum ReadFrom {
 ///
 /// let range = SkippedRange { from: ReadFrom::After("100".parse()?), before: "200".parse()? };
 /// assert_eq!(range.to_string(), "after 100 up to 200");
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkippedRange {
@@ -347,7 +349,7 @@ impl SkippedRange {
     /// # use kinesis_checkpoint::gap::{ReadFrom, SkippedRange};
     /// let range = SkippedRange { from: ReadFrom::At("100".parse()?), before: "200".parse()? };
     /// assert!(range.contains(&"100".parse()?) && !range.contains(&"200".parse()?));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn contains(&self, sequence: &SequenceNumber) -> bool {

@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, reported, sequence};
+use kinesis_checkpoint::dead_letter::{DeadLetterReason, MemoryDeadLetters};
+use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::{
-    DeadLetterReason, Disposition, DynamoLeaseStore, LeaseKey, MemoryDeadLetters, MemoryLeaseStore,
-    Outcome, Position, Processor, Record, StopReason,
+    DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Outcome, Position, Processor, Record,
 };
 use serde_json::{Value, json};
 

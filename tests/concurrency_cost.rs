@@ -9,11 +9,9 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, event, lambda_record, reported, sequence};
-use kinesis_checkpoint::partition_key::row_key;
-use kinesis_checkpoint::{
-    CheckpointStore, DynamoLeaseStore, KeyCommit, LeaseKey, Mode, Outcome, Position, Processor,
-    Record,
-};
+use kinesis_checkpoint::store::row_key;
+use kinesis_checkpoint::store::{CheckpointStore, KeyCommit};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Position, Processor, Record};
 use serde_json::json;
 
 const STREAM: &str = "orders";
@@ -115,9 +113,9 @@ async fn per_key_concurrency_costs_two_requests_a_batch_and_remembers_what_is_do
 async fn the_partition_key_mode_costs_two_requests_per_hundred_keys_of_a_batch() {
     let moto = Moto::start(true);
     let store = store(&moto).await;
-    let processor = Processor::new(store.clone(), |_: Record| async { Outcome::ack() })
-        .mode(Mode::PartitionKey)
-        .concurrency(32);
+    let processor =
+        Processor::by_partition_key(store.clone(), |_: Record| async { Outcome::ack() })
+            .concurrency(32);
 
     let mut next = 0;
     for keys in [100, 100, 250] {
@@ -172,7 +170,7 @@ async fn the_partition_key_mode_costs_two_requests_per_hundred_keys_of_a_batch()
         .unwrap();
     let requests = moto.stop_recording();
     assert_eq!(
-        again.shards[0].count(kinesis_checkpoint::Disposition::Duplicate),
+        again.shards[0].count(kinesis_checkpoint::report::Disposition::Duplicate),
         1_000
     );
     assert_eq!(count(&requests, "BatchGetItem"), 3, "{requests:?}");

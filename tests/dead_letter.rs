@@ -11,9 +11,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, event, lambda_record, n_of, redeliver_from, reported, sequence};
-use kinesis_checkpoint::{
-    DynamoLeaseStore, LeaseKey, Outcome, Processor, Record, SqsDeadLetters, StopReason, redrive,
-};
+use kinesis_checkpoint::dead_letter::redrive;
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Processor, Record, SqsDeadLetters};
 use serde_json::{Value, json};
 
 const SHARD: &str = "shardId-000000000000";
@@ -87,7 +87,7 @@ impl Setup {
             .collect()
     }
 
-    async fn row(&self) -> kinesis_checkpoint::LeaseState {
+    async fn row(&self) -> kinesis_checkpoint::store::LeaseState {
         self.store
             .read(&LeaseKey::new("orders", SHARD))
             .await

@@ -16,10 +16,8 @@ use std::time::Duration;
 use base64::Engine;
 use common::moto::{Moto, create_queue};
 use common::sqs::Wire;
-use kinesis_checkpoint::{
-    DeadLetter, DeadLetterReason, DeadLetterSink, LeaseKey, Outcome, Record, SqsDeadLetters,
-    redrive,
-};
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason, redrive};
+use kinesis_checkpoint::{DeadLetterSink, LeaseKey, Outcome, Record, SqsDeadLetters};
 use serde_json::{Value, json};
 
 const SHARD: &str = "shardId-000000000007";
@@ -51,7 +49,7 @@ impl Setup {
     }
 
     /// Redrives the queue, returning the report and every record the handler saw.
-    async fn redrive(&self) -> (kinesis_checkpoint::RedriveReport, Vec<Record>) {
+    async fn redrive(&self) -> (kinesis_checkpoint::dead_letter::RedriveReport, Vec<Record>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let keep = seen.clone();
         let report = redrive(

@@ -14,11 +14,9 @@ use std::time::Duration;
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::moto::{Moto, unique};
 use common::sqs::{Sent, Wire};
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason, redrive};
 use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageAttribute, MessageQueue};
-use kinesis_checkpoint::{
-    DeadLetter, DeadLetterReason, DeadLetterSink, LeaseKey, Outcome, Record, SqsDeadLetters,
-    redrive,
-};
+use kinesis_checkpoint::{DeadLetterSink, LeaseKey, Outcome, Record, SqsDeadLetters};
 use serde_json::Value;
 
 /// Every kind of character SQS refuses or that needs escaping, and some it takes.

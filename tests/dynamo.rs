@@ -10,10 +10,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, n_of, redeliver_from, reported, sequence};
-use kinesis_checkpoint::{
-    CheckpointStore, Claim, DynamoLeaseStore, LeaseKey, LeaseStore, Outcome, Position, Processor,
-    Record, StopReason, UnattributedLegacyRow,
-};
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::store::dynamo::UnattributedLegacyRow;
+use kinesis_checkpoint::store::{CheckpointStore, Claim, LeaseStore};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Position, Processor, Record};
 
 const TTL: Duration = Duration::from_mins(1);
 const SHARD: &str = "shardId-000000000000";

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use common::moto::{Moto, create_lease_table, sdk_config, unique};
 use common::{batch, context, reported};
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::{
-    DeadLetter, DeadLetterReason, DeadLetterSink, DynamoLeaseStore, LeaseKey, Outcome, Processor,
-    Record, SqsDeadLetters,
+    DeadLetterSink, DynamoLeaseStore, LeaseKey, Outcome, Processor, Record, SqsDeadLetters,
 };
 use tracing_subscriber::fmt::MakeWriter;
 

@@ -16,10 +16,12 @@ use common::aggregates::{
 };
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::{
-    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseKey,
-    LeaseStore, MemoryLeaseStore, Mode, Processor, ReportedChange, SeedStore, StopReason,
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::store::{
+    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore,
+    ReportedChange, SeedStore,
 };
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Processor};
 
 const TTL: Duration = Duration::from_mins(1);
 
@@ -42,7 +44,10 @@ async fn with_the_five_seed_methods_a_batch_ending_in_an_aggregate_is_checkpoint
         (Some(aggregate.as_str()), None)
     );
     let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
-    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 11);
+    assert_eq!(
+        again.count(kinesis_checkpoint::report::Disposition::Duplicate),
+        11
+    );
     assert_eq!(
         ran.lock().unwrap().len(),
         11,
@@ -114,7 +119,7 @@ async fn with_the_five_seed_methods_a_parent_ending_in_an_aggregate_lets_its_chi
     let parent = memory.read(&LeaseKey::new(STREAM, PARENT)).await.unwrap();
     assert_eq!(
         (parent.checkpoint.as_deref(), parent.lease_owner),
-        (Some(kinesis_checkpoint::SHARD_END), None)
+        (Some(kinesis_checkpoint::sequence::SHARD_END), None)
     );
 }
 
@@ -125,15 +130,14 @@ async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_
     let (outer_key, aggregate_bytes) = ten_sub_records();
     let aggregate = stream.put(&outer_key, aggregate_bytes);
     let ran = Ran::default();
-    let processor = Processor::new(Arc::new(SeedStore::new(memory.clone())), noting(&ran, None))
-        .mode(Mode::PartitionKey);
+    let processor =
+        Processor::by_partition_key(Arc::new(SeedStore::new(memory.clone())), noting(&ran, None));
 
     process(&processor, event_of(&stream, PARENT, None), "r1").await;
     // Lambda keeps order per the key it routes by, the aggregate's own: its row names the
     // aggregate done whole, and no sub-record's own key has a row.
     let shard = LeaseKey::new(STREAM, PARENT);
-    let row =
-        |partition_key: &str| kinesis_checkpoint::partition_key::row_key(&shard, partition_key);
+    let row = |partition_key: &str| kinesis_checkpoint::store::row_key(&shard, partition_key);
     let routed = memory.read(&row(&outer_key)).await.unwrap();
     assert_eq!(
         (
@@ -152,7 +156,10 @@ async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_
         assert_eq!(own.checkpoint, None, "{own_key} has no row of its own");
     }
     let again = process(&processor, event_of(&stream, PARENT, None), "r2").await;
-    assert_eq!(again.count(kinesis_checkpoint::Disposition::Duplicate), 10);
+    assert_eq!(
+        again.count(kinesis_checkpoint::report::Disposition::Duplicate),
+        10
+    );
     assert_eq!(ran.lock().unwrap().len(), 10);
 }
 
@@ -271,7 +278,7 @@ async fn finish_and_the_rows_work_on_the_five_seed_methods() {
     let row = memory.read(&key).await.unwrap();
     assert_eq!(
         (row.checkpoint.as_deref(), row.lease_owner),
-        (Some(kinesis_checkpoint::SHARD_END), None)
+        (Some(kinesis_checkpoint::sequence::SHARD_END), None)
     );
 
     let rows = [
@@ -380,7 +387,7 @@ async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops(
         let row = store.read(&key).await.unwrap();
         assert_eq!(
             row.checkpoint.as_deref(),
-            Some(kinesis_checkpoint::SHARD_END)
+            Some(kinesis_checkpoint::sequence::SHARD_END)
         );
         assert_eq!(row.expires_at.is_some(), keeps, "expires_at: {row:?}");
 

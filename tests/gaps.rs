@@ -20,9 +20,11 @@ use kinesis_checkpoint::gate::{
     Gate, KinesisTopology, ShardInfo, StartingPosition, Topology, TopologyError,
 };
 use kinesis_checkpoint::metrics::Metrics;
+use kinesis_checkpoint::report::{Disposition, StopReason};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseState, LeaseStore};
 use kinesis_checkpoint::{
-    BatchReport, BoxFuture, CheckpointStore, Disposition, DynamoLeaseStore, Handler, LeaseKey,
-    LeaseState, LeaseStore, MemoryLeaseStore, Outcome, Position, Processor, Record, StopReason,
+    BatchReport, BoxFuture, DynamoLeaseStore, Handler, LeaseKey, MemoryLeaseStore, Outcome,
+    Position, Processor, Record,
 };
 use serde_json::Value;
 use tracing_subscriber::fmt::MakeWriter;
@@ -809,7 +811,10 @@ async fn a_batch_an_invocation_died_on_and_the_mapping_gave_up_on_is_recovered_b
         .acquire_and_read(&key, "dead", Duration::from_millis(1), Some(&first))
         .await
         .unwrap();
-    assert!(matches!(claim, kinesis_checkpoint::Claim::Acquired(_)));
+    assert!(matches!(
+        claim,
+        kinesis_checkpoint::store::Claim::Acquired(_)
+    ));
     tokio::time::sleep(Duration::from_millis(5)).await;
     // The mapping gives up on that batch; the next one starts at record 2.
     let report = processor

@@ -14,10 +14,11 @@ use common::context;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, Held, KinesisTopology, StartingPosition};
-use kinesis_checkpoint::{
-    CheckpointStore, Commit, DynamoLeaseStore, Handler, LeaseKey, LeaseStore, Outcome, Processor,
-    Record, SHARD_END, StopReason,
-};
+use kinesis_checkpoint::processor::CheckpointMode;
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::{CheckpointStore, Commit, LeaseStore};
+use kinesis_checkpoint::{DynamoLeaseStore, Handler, LeaseKey, Outcome, Processor, Record};
 use serde_json::Value;
 
 const PARENT: &str = "shardId-000000000000";
@@ -103,7 +104,7 @@ impl Setup {
         }
     }
 
-    async fn row(&self, shard: &str) -> kinesis_checkpoint::LeaseState {
+    async fn row(&self, shard: &str) -> kinesis_checkpoint::store::LeaseState {
         self.store
             .read(&LeaseKey::new(self.stream.name.as_str(), shard))
             .await
@@ -113,7 +114,7 @@ impl Setup {
 
 /// Delivers `event` and returns why its shard stopped, if it did.
 async fn deliver(
-    processor: &Processor<impl Handler>,
+    processor: &Processor<impl Handler, impl CheckpointMode>,
     event: KinesisEvent,
     request: &str,
 ) -> Option<StopReason> {
@@ -361,13 +362,13 @@ async fn in_the_partition_key_mode_a_child_waits_until_every_key_of_its_parent_i
     let log = Log::default();
     let kinesis_config = common::moto::sdk_config(&kinesis().endpoint, 1).await;
     // Record 1 fails once: its key is not done after the parent's first batch.
-    let processor = Processor::new(Arc::new(setup.store.clone()), log.handler(Some(1)))
-        .gate(Gate::new(
-            Arc::new(KinesisTopology::new(&kinesis_config)),
-            StartingPosition::TrimHorizon,
-        ))
-        .mode(kinesis_checkpoint::Mode::PartitionKey)
-        .concurrency(4);
+    let processor =
+        Processor::by_partition_key(Arc::new(setup.store.clone()), log.handler(Some(1)))
+            .gate(Gate::new(
+                Arc::new(KinesisTopology::new(&kinesis_config)),
+                StartingPosition::TrimHorizon,
+            ))
+            .concurrency(4);
 
     assert_eq!(
         held_by(deliver(&processor, setup.child_with_records().await, "c1").await),

@@ -16,10 +16,10 @@ use common::aggregates::{Ran, STREAM, event_of, noting, process, ten_sub_records
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::{
-    CheckpointStore, Disposition, DynamoLeaseStore, LeaseKey, LeaseStore, Mode, Position,
-    Processor, SHARD_END,
-};
+use kinesis_checkpoint::report::Disposition;
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Processor};
 use ruststream_kinesis::LeaseStore as _;
 
 const SHARD: &str = "shardId-000000000000";
@@ -483,12 +483,10 @@ async fn the_partition_key_mode_beside_a_seed_consumer_shares_the_table_without_
     let child = stream.shard_of("a");
     stream.put("a", "a in the child");
     let ran = Ran::default();
-    let processor = Processor::new(Arc::new(table.toolkit.clone()), noting(&ran, None))
-        .mode(Mode::PartitionKey)
-        .gate(Gate::new(
-            Arc::new(stream.clone()),
-            StartingPosition::TrimHorizon,
-        ));
+    let processor =
+        Processor::by_partition_key(Arc::new(table.toolkit.clone()), noting(&ran, None)).gate(
+            Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon),
+        );
 
     let parent = process(&processor, event_of(&stream, SHARD, None), "r1").await;
     assert_eq!(parent.stopped, None);

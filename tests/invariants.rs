@@ -84,14 +84,17 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use common::faults::{Chaos, ChaosLevels};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
     EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
+use kinesis_checkpoint::processor::CheckpointMode;
+use kinesis_checkpoint::report::Disposition;
+use kinesis_checkpoint::store::{CheckpointStore, LeaseStore, SeedStore};
 use kinesis_checkpoint::{
-    BoxFuture, CheckpointStore, DeadLetter, DeadLetterError, DeadLetterSink, Disposition,
-    LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode, Outcome, Position, Processor, Record,
-    SeedStore, SequenceNumber,
+    BoxFuture, DeadLetterSink, Handler, MemoryLeaseStore, Mode, Outcome, Position, Processor,
+    Record, SequenceNumber,
 };
 use letters::{FlakyQueue, LetterCounts, Letters, awkward_error, check_letters};
 use serde::{Deserialize, Serialize};
@@ -231,6 +234,25 @@ struct Harness {
     rng: Mutex<Rng>,
 }
 
+impl Harness {
+    /// The settings both modes share.
+    fn configured<H: Handler, M: CheckpointMode>(
+        &self,
+        processor: Processor<H, M>,
+        sink: Arc<dyn DeadLetterSink>,
+    ) -> Processor<H, M> {
+        processor
+            .dead_letters(sink)
+            .gate(Gate::new(
+                self.topology.clone(),
+                StartingPosition::TrimHorizon,
+            ))
+            .concurrency(self.in_flight)
+            .max_attempts(self.max_attempts)
+            .deadline_margin(self.deadline_margin)
+    }
+}
+
 impl Function for Harness {
     fn invoke(
         &self,
@@ -311,17 +333,24 @@ impl Function for Harness {
             } else {
                 self.store.clone()
             };
-            let processor = Processor::new(store, handler)
-                .dead_letters(sink)
-                .gate(Gate::new(
-                    self.topology.clone(),
-                    StartingPosition::TrimHorizon,
-                ))
-                .mode(self.mode)
-                .concurrency(self.in_flight)
-                .lease_ttl(Duration::from_millis(150))
-                .max_attempts(self.max_attempts)
-                .deadline_margin(self.deadline_margin);
+            // The mode is the builder's type: only the shard mode has a lease to set.
+            let batch = async {
+                match self.mode {
+                    Mode::Shard => {
+                        let processor =
+                            Processor::new(store, handler).lease_ttl(Duration::from_millis(150));
+                        self.configured(processor, sink)
+                            .process_batch(event, &context)
+                            .await
+                    }
+                    Mode::PartitionKey => {
+                        let processor = Processor::by_partition_key(store, handler);
+                        self.configured(processor, sink)
+                            .process_batch(event, &context)
+                            .await
+                    }
+                }
+            };
             tokio::select! {
                 biased;
                 () = death.notified() => {
@@ -329,7 +358,7 @@ impl Function for Harness {
                     self.shared.journal.lock().unwrap().died.insert(invocation.clone());
                     Err(InvocationError::Function(format!("{invocation} died (injected)")))
                 }
-                report = processor.process_batch(event, &context) => {
+                report = batch => {
                     let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
                     for shard in &report.shards {
                         let records: Vec<String> = shard
@@ -348,7 +377,7 @@ impl Function for Harness {
                         // the way) leaves every record this invocation handled to be handled
                         // again, the reported one and dead-lettered ones included.
                         let lost = shard.stopped.as_ref().is_some_and(|(_, reason)| {
-                            reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::StopReason::Fenced
+                            reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::report::StopReason::Fenced
                         }) || shard.count(Disposition::Uncheckpointed) > 0;
                         // A store with the seed's five methods cannot record progress inside an
                         // aggregate (the trait's stated weaker guarantee): the sub-records done

@@ -16,8 +16,8 @@ use common::{context, reported};
 use kinesis_checkpoint::event::LambdaKinesisEvent;
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::partition_key::row_key;
-use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Mode, Outcome, Processor, Record};
+use kinesis_checkpoint::store::row_key;
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";
@@ -181,12 +181,10 @@ async fn the_partition_key_mode_and_its_gate_keep_a_row_for_records_without_a_ke
     assert!(child == left || child == right);
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();
-    let processor = Processor::new(store.clone(), seen.handler())
-        .mode(Mode::PartitionKey)
-        .gate(Gate::new(
-            Arc::new(stream.clone()),
-            StartingPosition::TrimHorizon,
-        ));
+    let processor = Processor::by_partition_key(store.clone(), seen.handler()).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
 
     // The child first: its parent's records without a key are not done, so it waits.
     let early = processor

@@ -19,10 +19,13 @@ use common::faults::faulty;
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::store::{
+    Below, CheckpointStore, Commit, FailingChange, FailingRecord, LeaseError, LeaseState,
+    LeaseStore,
+};
 use kinesis_checkpoint::{
-    Below, BoxFuture, CheckpointStore, Commit, DynamoLeaseStore, FailingChange, FailingRecord,
-    LeaseError, LeaseKey, LeaseState, LeaseStore, MemoryLeaseStore, Position, Processor,
-    StopReason,
+    BoxFuture, DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Position, Processor,
 };
 
 const TTL: Duration = Duration::from_mins(1);
@@ -165,7 +168,7 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
     let row = LeaseStore::read(store.as_ref(), &parent).await.unwrap();
     assert_eq!(
         row.checkpoint.as_deref(),
-        Some(kinesis_checkpoint::SHARD_END)
+        Some(kinesis_checkpoint::sequence::SHARD_END)
     );
     assert!(
         row.expires_at.is_some(),
@@ -320,7 +323,7 @@ async fn dynamodb_finishes_a_shard_only_when_nothing_is_left_undone_at_its_check
         if finishable {
             assert_eq!(
                 row.checkpoint.as_deref(),
-                Some(kinesis_checkpoint::SHARD_END),
+                Some(kinesis_checkpoint::sequence::SHARD_END),
                 "{what}"
             );
             assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");
@@ -391,7 +394,7 @@ async fn memory_finishes_a_shard_only_when_nothing_is_left_undone_at_its_checkpo
         if finishable {
             assert_eq!(
                 row.checkpoint.as_deref(),
-                Some(kinesis_checkpoint::SHARD_END),
+                Some(kinesis_checkpoint::sequence::SHARD_END),
                 "{what}"
             );
             assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");

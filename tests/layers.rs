@@ -12,7 +12,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::faults::{Chaos, ChaosLevels, faulty};
-use kinesis_checkpoint::{CheckpointStore, LeaseKey, MemoryLeaseStore, SeedStore};
+use kinesis_checkpoint::store::{CheckpointStore, SeedStore};
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
 
 #[tokio::test]
 async fn the_fault_layer_with_its_faults_off_hands_every_field_on() {

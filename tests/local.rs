@@ -19,7 +19,7 @@ use kinesis_checkpoint::local::{
     Delivery, DeliveryOutcome, DiscardReason, EventSource, Function, InvocationError, Mapping,
     MemoryStream, Rng,
 };
-use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Mode, Outcome, Processor, Record};
+use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::json;
 
 type Answer = Result<KinesisEventResponse, InvocationError>;
@@ -392,8 +392,7 @@ async fn the_partition_key_mode_handles_every_record_once_in_key_order_at_every_
                 }
             }
         };
-        let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), handler)
-            .mode(Mode::PartitionKey)
+        let processor = Processor::by_partition_key(Arc::new(MemoryLeaseStore::new()), handler)
             .concurrency(4)
             .gate(Gate::new(
                 Arc::new(stream.clone()),

@@ -20,10 +20,12 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use kinesis_checkpoint::event::LambdaKinesisEvent;
 use kinesis_checkpoint::kpl::MAGIC;
+use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::{
-    BatchReport, Disposition, LambdaKinesisEvent, LeaseKey, MemoryLeaseStore, Outcome, Position,
-    ProcessError, Processor, Record, SequenceNumber, StopReason,
+    BatchReport, LeaseKey, MemoryLeaseStore, Outcome, Position, ProcessError, Processor, Record,
+    SequenceNumber,
 };
 use lambda_runtime::{Context, LambdaEvent, Service};
 use md5::{Digest, Md5};
@@ -1215,7 +1217,7 @@ proptest! {
         json[at]["kinesis"]["data"] = json!(STANDARD.encode(&unreadable));
         let LambdaKinesisEvent(event) = deserialize(&body(&json)).expect("well formed");
         let (processor, _store, seen) = recording_processor();
-        let letters = Arc::new(kinesis_checkpoint::MemoryDeadLetters::new());
+        let letters = Arc::new(kinesis_checkpoint::dead_letter::MemoryDeadLetters::new());
         let processor = if sink { processor.dead_letters(letters.clone()) } else { processor };
         let report = block_on(processor.process_batch(event, &Context::default()))
             .expect("every record has a sequence number");

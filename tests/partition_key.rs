@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{context, event, lambda_record, n_of, reported, sequence};
-use kinesis_checkpoint::partition_key::row_key;
-use kinesis_checkpoint::{
-    CheckpointStore, Disposition, LeaseKey, LeaseStore, MemoryDeadLetters, MemoryLeaseStore, Mode,
-    Outcome, Processor, Record,
-};
+use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+use kinesis_checkpoint::report::Disposition;
+use kinesis_checkpoint::store::row_key;
+use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::json;
 
 const STREAM: &str = "orders";
@@ -97,8 +97,8 @@ impl Journal {
 /// Delivers `total` records over `keys` keys as the mapping does with `parallelization`: each
 /// key belongs to one lane, the lanes run at once, each in batches of up to `size` from its
 /// reported record on.
-async fn drive<H: kinesis_checkpoint::Handler>(
-    processor: &Processor<H>,
+async fn drive<H: kinesis_checkpoint::Handler, M: kinesis_checkpoint::processor::CheckpointMode>(
+    processor: &Processor<H, M>,
     total: u64,
     keys: u64,
     parallelization: u64,
@@ -166,7 +166,7 @@ async fn with_parallelization_1_to_10_and_random_failures_every_record_is_done_o
             let letters = Arc::new(MemoryDeadLetters::new());
             let journal = Journal::default();
             let dice = random(seed, TOTAL);
-            let processor = Processor::new(
+            let processor = Processor::by_partition_key(
                 store.clone(),
                 journal.handler(move |n, attempt| match dice[usize::try_from(n).unwrap()] {
                     0..=1 => Some(Outcome::reject("poison")),
@@ -175,7 +175,6 @@ async fn with_parallelization_1_to_10_and_random_failures_every_record_is_done_o
                 }),
             )
             .dead_letters(letters.clone())
-            .mode(Mode::PartitionKey)
             .concurrency(in_flight);
 
             drive(&processor, TOTAL, KEYS, parallelization, 40).await;
@@ -215,11 +214,10 @@ async fn with_parallelization_1_to_10_and_random_failures_every_record_is_done_o
 async fn a_failed_key_is_reported_at_its_lowest_record_and_other_keys_are_checkpointed() {
     let store = Arc::new(MemoryLeaseStore::new());
     let journal = Journal::default();
-    let processor = Processor::new(
+    let processor = Processor::by_partition_key(
         store.clone(),
         journal.handler(|n, _| (n == 5).then(|| Outcome::retry("busy"))),
-    )
-    .mode(Mode::PartitionKey);
+    );
     let ns: Vec<u64> = (0..12).collect();
 
     let report = processor
@@ -265,7 +263,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
     let journal = Journal::default();
     let racing = store.clone();
     // While key-0's record 4 runs, another delivery of key-0 checkpoints record 4 first.
-    let processor = Processor::new(store.clone(), {
+    let processor = Processor::by_partition_key(store.clone(), {
         let handler = journal.handler(|_, _| None);
         move |record: Record| {
             let racing = racing.clone();
@@ -274,7 +272,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
                 if n_of(&record) == 4 {
                     let row = row_key(&shard(), "key-0");
                     let counter = racing.read(&row).await.unwrap().lease_counter;
-                    let mut commit = kinesis_checkpoint::KeyCommit::new(row, counter);
+                    let mut commit = kinesis_checkpoint::store::KeyCommit::new(row, counter);
                     commit.checkpoint = Some(kinesis_checkpoint::Position::record(
                         sequence(4).parse().unwrap(),
                     ));
@@ -283,8 +281,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
                 acknowledged.await
             }
         }
-    })
-    .mode(Mode::PartitionKey);
+    });
     let ns: Vec<u64> = (0..12).collect();
     processor
         .process(batch(&ns[..2], 4), &context("r0", 60_000))
@@ -339,8 +336,7 @@ async fn in_the_partition_key_mode_a_live_shard_lease_of_a_container_consumer_ho
     let store = Arc::new(MemoryLeaseStore::new());
     container_consumer(&store, None, true).await;
     let journal = Journal::default();
-    let processor =
-        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+    let processor = Processor::by_partition_key(store.clone(), journal.handler(|_, _| None));
 
     let ns: Vec<u64> = (0..6).collect();
     let report = processor
@@ -352,7 +348,7 @@ async fn in_the_partition_key_mode_a_live_shard_lease_of_a_container_consumer_ho
     assert!(
         matches!(
             &shard_report.stopped,
-            Some((at, kinesis_checkpoint::StopReason::LeaseHeld { owner: Some(owner) }))
+            Some((at, kinesis_checkpoint::report::StopReason::LeaseHeld { owner: Some(owner) }))
                 if *at.as_str() == sequence(0) && owner == "container-1"
         ),
         "{shard_report:?}"
@@ -375,8 +371,7 @@ async fn in_the_partition_key_mode_records_at_or_below_a_container_consumers_che
     // The container consumer processed records 0 to 4 and let its lease lapse.
     container_consumer(&store, Some(4), false).await;
     let journal = Journal::default();
-    let processor =
-        Processor::new(store.clone(), journal.handler(|_, _| None)).mode(Mode::PartitionKey);
+    let processor = Processor::by_partition_key(store.clone(), journal.handler(|_, _| None));
 
     let ns: Vec<u64> = (0..10).collect();
     let report = processor
@@ -534,17 +529,16 @@ async fn in_the_partition_key_mode_held_child_batches_read_their_parent_once() {
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
     let (stream, counting) = split_stream(40, 4);
     let journal = Journal::default();
-    let processor = Processor::new(
+    let processor = Processor::by_partition_key(
         Arc::new(MemoryLeaseStore::new()),
         journal.handler(|n, attempt| (n == 5 && attempt == 1).then(|| Outcome::retry("not yet"))),
     )
-    .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon))
-    .mode(Mode::PartitionKey);
+    .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon));
     let child = child_with_records(&stream);
     let held = |report: &kinesis_checkpoint::BatchReport| {
         matches!(
             report.shards[0].stopped,
-            Some((_, kinesis_checkpoint::StopReason::Held(_)))
+            Some((_, kinesis_checkpoint::report::StopReason::Held(_)))
         )
     };
 
@@ -592,11 +586,11 @@ async fn in_the_partition_key_mode_held_child_batches_read_their_parent_once() {
 async fn in_the_partition_key_mode_a_large_parent_is_read_in_bounded_parts() {
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
     let (stream, counting) = split_stream(12_000, 10);
-    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async {
-        Outcome::ack()
-    })
-    .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon))
-    .mode(Mode::PartitionKey);
+    let processor =
+        Processor::by_partition_key(Arc::new(MemoryLeaseStore::new()), |_: Record| async {
+            Outcome::ack()
+        })
+        .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon));
     let child = child_with_records(&stream);
 
     let parent = processor
@@ -614,7 +608,7 @@ async fn in_the_partition_key_mode_a_large_parent_is_read_in_bounded_parts() {
     assert!(
         matches!(
             first.shards[0].stopped,
-            Some((_, kinesis_checkpoint::StopReason::Held(_)))
+            Some((_, kinesis_checkpoint::report::StopReason::Held(_)))
         ),
         "the parent is not read to its end by one check: {first:?}"
     );
@@ -652,9 +646,9 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
             .await
             .unwrap()
     );
-    let processor = Processor::new(store.clone(), |_: Record| async { Outcome::ack() })
-        .gate(Gate::new(counting, StartingPosition::TrimHorizon))
-        .mode(Mode::PartitionKey);
+    let processor =
+        Processor::by_partition_key(store.clone(), |_: Record| async { Outcome::ack() })
+            .gate(Gate::new(counting, StartingPosition::TrimHorizon));
     let child = child_with_records(&stream);
 
     let report = processor
@@ -668,7 +662,7 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
     assert!(report.shards[0].stopped.is_none(), "{report:?}");
     assert_eq!(
         store.read(&shard()).await.unwrap().checkpoint.as_deref(),
-        Some(kinesis_checkpoint::SHARD_END),
+        Some(kinesis_checkpoint::sequence::SHARD_END),
         "the gate marked the parent finished"
     );
 }

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{batch, context, n_of, redeliver_from, sequence};
+use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
+use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::{
-    BoxFuture, DeadLetterSink, LeaseKey, MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor,
-    Record, StopReason,
+    BoxFuture, DeadLetterSink, LeaseKey, MemoryLeaseStore, Outcome, Processor, Record,
 };
 
 const STREAM: &str = "orders";

@@ -8,8 +8,9 @@
 
 use std::io::{BufRead, Write};
 
+use kinesis_checkpoint::store::LeaseState;
 use kinesis_checkpoint::store::dynamo::Moved;
-use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 
 use crate::Error;
 use crate::console::confirm;

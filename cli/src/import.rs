@@ -26,8 +26,9 @@ use aws_sdk_dynamodb::Client as DynamoDb;
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_checkpoint::aws_error::cause;
+use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::dynamo::Row;
-use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Record, SHARD_END};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Record};
 use serde::Serialize;
 
 use crate::Error;
@@ -66,7 +67,7 @@ pub struct Imported {
 /// The plan of copying the bare-shard-id rows among `rows` under `stream`.
 ///
 /// ```
-/// use kinesis_checkpoint::LeaseState;
+/// use kinesis_checkpoint::store::LeaseState;
 /// use kinesis_checkpoint::store::dynamo::Row;
 ///
 /// let mut state = LeaseState::default();
@@ -313,7 +314,7 @@ async fn user_records(
         found.partition_key().unwrap_or_default(),
         data.to_vec(),
     );
-    Ok(kinesis_checkpoint::deaggregate(record)
+    Ok(kinesis_checkpoint::kpl::deaggregate(record)
         .ok()
         .map(|records| u64::try_from(records.into_records().len()).unwrap_or(u64::MAX)))
 }

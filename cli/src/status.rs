@@ -13,8 +13,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use aws_sdk_kinesis::Client as Kinesis;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_checkpoint::aws_error::cause;
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::LeaseState;
 use kinesis_checkpoint::store::dynamo::Row;
-use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, LeaseState, Position, SHARD_END};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use serde::Serialize;
 
 use crate::Error;

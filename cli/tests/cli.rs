@@ -14,10 +14,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, create_table, unique};
-use kinesis_checkpoint::{
-    CheckpointStore, Commit, DynamoLeaseStore, FailingChange, FailingRecord, LeaseKey, LeaseStore,
-    Position, SHARD_END,
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::{
+    CheckpointStore, Commit, FailingChange, FailingRecord, LeaseStore,
 };
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use serde_json::Value;
 
 const SHARD: &str = "shardId-000000000000";
@@ -374,7 +375,7 @@ async fn status_shows_the_progress_inside_an_aggregate_beside_the_checkpoint_don
         common::sequence(9).parse().unwrap(),
         3,
     ));
-    commit.below = kinesis_checkpoint::Below::Record(common::sequence(8).parse().unwrap());
+    commit.below = kinesis_checkpoint::store::Below::Record(common::sequence(8).parse().unwrap());
     assert!(store.commit(&key, "ledger:req-1", &commit).await.unwrap());
 
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];

@@ -38,7 +38,7 @@ impl DeadLetterReason {
     /// The reason as the dead letter's `reason` field spells it.
     ///
     /// ```
-    /// # use kinesis_checkpoint::DeadLetterReason;
+    /// # use kinesis_checkpoint::dead_letter::DeadLetterReason;
     /// assert_eq!(DeadLetterReason::Exhausted.as_str(), "exhausted");
     /// ```
     #[must_use]
@@ -55,12 +55,13 @@ impl DeadLetterReason {
 /// # Examples
 ///
 /// ```
-/// use kinesis_checkpoint::{DeadLetter, DeadLetterReason, LeaseKey, Record};
+/// use kinesis_checkpoint::{LeaseKey, Record};
+/// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 ///
 /// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "42".parse()?, "k", "{}");
 /// let letter = DeadLetter::new(record, 3, "downstream refused", DeadLetterReason::Exhausted);
 /// assert_eq!(letter.attempts, 3);
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -81,11 +82,12 @@ impl DeadLetter {
     /// A dead letter for `record`, written now.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{DeadLetter, DeadLetterReason, LeaseKey, Record};
+    /// # use kinesis_checkpoint::{LeaseKey, Record};
+    /// # use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "42".parse()?, "k", "{}");
     /// let letter = DeadLetter::new(record, 1, "not an order", DeadLetterReason::Rejected);
     /// assert_eq!(letter.reason, DeadLetterReason::Rejected);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn new(
@@ -115,7 +117,8 @@ pub type DeadLetterError = Box<dyn StdError + Send + Sync>;
 /// # Examples
 ///
 /// ```
-/// use kinesis_checkpoint::{BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink};
+/// use kinesis_checkpoint::{BoxFuture, DeadLetterSink};
+/// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
 ///
 /// /// Writes dead letters to the log (not durable: an example only).
 /// struct Log;

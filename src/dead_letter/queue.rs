@@ -87,7 +87,8 @@ struct SendFailed {
 ///
 /// ```
 /// use kinesis_checkpoint::dead_letter::{MemoryQueue, send_letter};
-/// use kinesis_checkpoint::{DeadLetter, DeadLetterReason, LeaseKey, Record};
+/// use kinesis_checkpoint::{LeaseKey, Record};
+/// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "42".parse()?, "k", vec![7; 10_000]);

@@ -67,7 +67,8 @@ pub struct RedriveError {
 /// ```no_run
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::{Outcome, Record, redrive};
+/// use kinesis_checkpoint::{Outcome, Record};
+/// use kinesis_checkpoint::dead_letter::redrive;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let config = aws_config::load_from_env().await;
@@ -98,7 +99,8 @@ pub async fn redrive<H: Handler>(
 /// use std::time::Duration;
 ///
 /// use kinesis_checkpoint::dead_letter::{MemoryQueue, redrive_queue, send_letter};
-/// use kinesis_checkpoint::{DeadLetter, DeadLetterReason, LeaseKey, Outcome, Record};
+/// use kinesis_checkpoint::{LeaseKey, Outcome, Record};
+/// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let queue = MemoryQueue::new(4_096);

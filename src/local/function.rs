@@ -10,7 +10,7 @@ use lambda_runtime::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::handler::Handler;
-use crate::processor::Processor;
+use crate::processor::{CheckpointMode, Processor};
 use crate::store::BoxFuture;
 
 /// Why an invocation did not answer with a response: to the event source, all mean that the
@@ -53,7 +53,7 @@ pub trait Function: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<KinesisEventResponse, InvocationError>>;
 }
 
-impl<H: Handler> Function for Processor<H> {
+impl<H: Handler, M: CheckpointMode> Function for Processor<H, M> {
     fn invoke(
         &self,
         event: KinesisEvent,

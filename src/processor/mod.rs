@@ -166,7 +166,8 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::{MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
     ///     .dead_letters(Arc::new(MemoryDeadLetters::new()));
     /// ```
@@ -217,7 +218,8 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::{MemoryDeadLetters, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
     ///     .dead_letters(Arc::new(MemoryDeadLetters::new()))
     ///     .max_attempts(5);
@@ -335,7 +337,8 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::{Disposition, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::report::Disposition;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });

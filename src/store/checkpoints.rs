@@ -32,12 +32,13 @@ pub enum FailingChange {
 /// record, the one a later batch is checked against for records the mapping skipped.
 ///
 /// ```
-/// use kinesis_checkpoint::{Commit, Position, ReportedChange};
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::{Commit, ReportedChange};
 ///
 /// let mut commit = Commit::default();
 /// assert_eq!(commit.reported, ReportedChange::Keep);
 /// commit.reported = ReportedChange::Set(Position::record("42".parse()?));
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ReportedChange {
@@ -53,13 +54,14 @@ pub enum ReportedChange {
 /// The last write of an invocation: progress to record, and the failing record to remember.
 ///
 /// ```
-/// use kinesis_checkpoint::{Commit, FailingChange, Position};
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::{Commit, FailingChange};
 ///
 /// let mut commit = Commit::default();
 /// commit.checkpoint = Some(Position::record("42".parse()?));
 /// commit.failing = FailingChange::Clear;
 /// assert!(commit.parent_shards.is_empty());
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -86,14 +88,15 @@ pub struct Commit {
 /// read, that is if its `lease_counter` is still `expected_counter`.
 ///
 /// ```
-/// use kinesis_checkpoint::partition_key::row_key;
-/// use kinesis_checkpoint::{KeyCommit, LeaseKey, Position};
+/// use kinesis_checkpoint::store::row_key;
+/// use kinesis_checkpoint::{LeaseKey, Position};
+/// use kinesis_checkpoint::store::KeyCommit;
 ///
 /// let shard = LeaseKey::new("orders", "shardId-000000000000");
 /// let mut commit = KeyCommit::new(row_key(&shard, "customer-7"), 0);
 /// commit.checkpoint = Some(Position::record("42".parse()?));
 /// assert_eq!(commit.row.to_string(), "orders:shardId-000000000000:customer-7");
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,7 +120,8 @@ impl KeyCommit {
     /// A write of `row` that changes nothing yet, expecting the counter read.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{KeyCommit, LeaseKey};
+    /// # use kinesis_checkpoint::LeaseKey;
+    /// # use kinesis_checkpoint::store::KeyCommit;
     /// let commit = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 3);
     /// assert_eq!(commit.expected_counter, 3);
     /// ```
@@ -169,7 +173,7 @@ pub enum Claim {
 /// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
 /// let ttl = Duration::from_secs(30);

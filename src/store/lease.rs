@@ -49,7 +49,8 @@ pub type LeaseError = Box<dyn StdError + Send + Sync>;
 /// # Examples
 ///
 /// ```
-/// use kinesis_checkpoint::{LeaseState, Position};
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::LeaseState;
 ///
 /// let mut state = LeaseState::default();
 /// state.checkpoint = Some("1100".to_owned());
@@ -60,7 +61,7 @@ pub type LeaseError = Box<dyn StdError + Send + Sync>;
 /// // A writer that knows nothing of aggregates moved the checkpoint past it: stale.
 /// state.checkpoint = Some("1300".to_owned());
 /// assert_eq!(state.position()?, Some(Position::record("1300".parse()?)));
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -113,14 +114,15 @@ pub struct LeaseState {
 /// # Examples
 ///
 /// ```
-/// use kinesis_checkpoint::{FailingRecord, Position};
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::FailingRecord;
 ///
 /// let position = Position::record("42".parse()?);
 /// let first = FailingRecord::first(&position, "timeout", 1_700_000_000_000);
 /// let second = first.again(&position, "timeout", 1_700_000_060_000);
 /// assert_eq!(second.attempts, 2);
 /// assert_eq!(second.first_failure, 1_700_000_000_000);
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -147,10 +149,11 @@ impl FailingRecord {
     /// The first failure of the record at `position`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::FailingRecord;
     /// let failing = FailingRecord::first(&Position::sub_record("9".parse()?, 2), "boom", 5);
     /// assert_eq!((failing.attempts, failing.sub_sequence), (1, Some(2)));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn first(position: &Position, error: &str, now_millis: u64) -> Self {
@@ -167,11 +170,12 @@ impl FailingRecord {
     /// Whether this is the record at `position`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::FailingRecord;
     /// let position = Position::record("9".parse()?);
     /// assert!(FailingRecord::first(&position, "boom", 5).is(&position));
     /// assert!(!FailingRecord::first(&position, "boom", 5).is(&Position::record("10".parse()?)));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn is(&self, position: &Position) -> bool {
@@ -182,13 +186,14 @@ impl FailingRecord {
     /// first failure of a new one otherwise.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{FailingRecord, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::FailingRecord;
     /// let nine = Position::record("9".parse()?);
     /// let ten = Position::record("10".parse()?);
     /// let failing = FailingRecord::first(&nine, "boom", 5);
     /// assert_eq!(failing.again(&nine, "boom", 6).attempts, 2);
     /// assert_eq!(failing.again(&ten, "boom", 6).attempts, 1);
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn again(&self, position: &Position, error: &str, now_millis: u64) -> Self {
@@ -230,10 +235,11 @@ fn truncated(error: &str) -> String {
 /// ```
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+/// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+/// use kinesis_checkpoint::store::LeaseStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
 /// assert!(store.acquire(&key, "me", Duration::from_secs(30)).await?);

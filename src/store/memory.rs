@@ -31,10 +31,11 @@ use crate::sequence::Position;
 /// ```
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+/// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+/// use kinesis_checkpoint::store::LeaseStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
 /// assert!(store.acquire(&key, "a", Duration::from_secs(30)).await?);
@@ -64,9 +65,10 @@ impl MemoryLeaseStore {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+    /// # use kinesis_checkpoint::store::LeaseStore;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = MemoryLeaseStore::new();
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
@@ -355,7 +357,7 @@ impl MemoryLeaseStore {
     /// ```
     /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = MemoryLeaseStore::new();
     /// let row = store.read(&LeaseKey::new("orders", "shardId-000000000000")).await?;
     /// assert_eq!(row.checkpoint, None);
@@ -379,9 +381,10 @@ impl MemoryLeaseStore {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+    /// # use kinesis_checkpoint::store::LeaseStore;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = MemoryLeaseStore::new();
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// assert!(!store.renew(&key, "a", Duration::from_secs(30)).await?, "never taken");
@@ -422,9 +425,10 @@ impl MemoryLeaseStore {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore, Position};
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
+    /// # use kinesis_checkpoint::store::LeaseStore;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = MemoryLeaseStore::new();
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// store.acquire(&key, "a", Duration::from_secs(30)).await?;

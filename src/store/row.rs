@@ -21,12 +21,14 @@ impl LeaseState {
     /// written by something else, and guessing would skip or replay records.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{LeaseState, Position, SHARD_END};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::sequence::SHARD_END;
+    /// # use kinesis_checkpoint::store::LeaseState;
     /// let mut state = LeaseState::default();
     /// assert_eq!(state.position()?, None);
     /// state.checkpoint = Some(SHARD_END.to_owned());
     /// assert_eq!(state.position()?, Some(Position::ShardEnd));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     pub fn position(&self) -> Result<Option<Position>, SequenceError> {
         Ok(self.partial_aggregate()?.or(self.whole()?))
@@ -41,13 +43,14 @@ impl LeaseState {
     /// A `checkpoint` that is neither a sequence number nor [`SHARD_END`](crate::SHARD_END).
     ///
     /// ```
-    /// # use kinesis_checkpoint::{LeaseState, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::LeaseState;
     /// let mut state = LeaseState::default();
     /// state.checkpoint = Some("7".to_owned());
     /// state.aggregate_sequence = Some("9".to_owned());
     /// state.aggregate_sub = Some(0);
     /// assert_eq!(state.whole()?, Some(Position::record("7".parse()?)));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     pub fn whole(&self) -> Result<Option<Position>, SequenceError> {
         self.checkpoint
@@ -65,12 +68,13 @@ impl LeaseState {
     /// A `checkpoint` or a believed `aggregate_sequence` that is not a sequence number.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{LeaseState, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::LeaseState;
     /// let mut state = LeaseState::default();
     /// state.checkpoint = Some("12".to_owned());
     /// state.checkpoint_sub = Some(3);
     /// assert_eq!(state.partial_aggregate()?, Some(Position::sub_record("12".parse()?, 3)));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     pub fn partial_aggregate(&self) -> Result<Option<Position>, SequenceError> {
         let whole = self.whole()?;
@@ -95,13 +99,14 @@ impl LeaseState {
     /// when nothing does. The gate finishes a closed parent only when this is `None`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{FailingRecord, LeaseState, Position};
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::{FailingRecord, LeaseState};
     /// let mut state = LeaseState::default();
     /// state.checkpoint = Some("12".to_owned());
     /// assert_eq!(state.unfinished(), None);
     /// state.failing = Some(FailingRecord::first(&Position::record("13".parse()?), "boom", 0));
     /// assert!(state.unfinished().unwrap().contains("13"));
-    /// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
     pub fn unfinished(&self) -> Option<String> {
@@ -143,11 +148,11 @@ impl LeaseState {
 /// KPL aggregate (`checkpoint` must name a record done whole; see [`LeaseState`]).
 ///
 /// ```
-/// use kinesis_checkpoint::Below;
+/// use kinesis_checkpoint::store::Below;
 ///
 /// assert_eq!(Below::default(), Below::Keep);
 /// let before: Below = Below::Record("41".parse()?);
-/// # Ok::<(), kinesis_checkpoint::SequenceError>(())
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]

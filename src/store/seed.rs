@@ -56,10 +56,11 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// use std::time::Duration;
 ///
 /// use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit, FailingChange, SeedStore};
-/// use kinesis_checkpoint::{FailingRecord, LeaseKey, LeaseStore, MemoryLeaseStore, Position};
+/// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
+/// use kinesis_checkpoint::store::{FailingRecord, LeaseStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+/// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
 /// // Any store of the five methods; the memory store here, to look at the row.
 /// let memory = Arc::new(MemoryLeaseStore::new());
 /// let store = SeedStore::new(memory.clone());

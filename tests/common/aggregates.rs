@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::{Outcome, Position, Processor, Record};
 use serde_json::{Value, json};
 
@@ -93,10 +94,10 @@ pub fn split_after_an_aggregate() -> (MemoryStream, String, String, String) {
 }
 
 pub async fn process(
-    processor: &Processor<impl kinesis_checkpoint::Handler>,
+    processor: &Processor<impl kinesis_checkpoint::Handler, impl CheckpointMode>,
     event: Value,
     request: &str,
-) -> kinesis_checkpoint::ShardReport {
+) -> kinesis_checkpoint::report::ShardReport {
     let event = serde_json::from_value(event).unwrap();
     let report = processor
         .process_batch(event, &context(request, 60_000))

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use kinesis_checkpoint::{
-    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseKey,
-    MemoryLeaseStore, Position, ReportedChange, SHARD_END,
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::{
+    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, ReportedChange,
 };
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
 
 fn at(sequence: &str) -> Position {
     Position::record(sequence.parse().expect("a sequence number"))

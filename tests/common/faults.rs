@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
-use kinesis_checkpoint::{BoxFuture, LeaseError, LeaseKey, LeaseStore};
+use kinesis_checkpoint::store::{LeaseError, LeaseStore};
+use kinesis_checkpoint::{BoxFuture, LeaseKey};
 
 /// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
 pub type Faulty<S> = Layered<S, Faults<S>>;
@@ -100,7 +101,7 @@ pub struct ChaosLevels {
 pub type Chaotic<S> = Layered<S, Chaos<S>>;
 
 /// Faults by chance, from a seed: throttling, lost answers, latency and stolen leases, on
-/// every method of the store (of both interfaces: a [`SeedStore`](kinesis_checkpoint::SeedStore)
+/// every method of the store (of both interfaces: a [`SeedStore`](kinesis_checkpoint::store::SeedStore)
 /// over a `Chaotic` store meets them in the seed's five methods).
 pub struct Chaos<S> {
     /// The store a lease is stolen through.

@@ -138,8 +138,8 @@ pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventRespon
 /// the lease, and changes nothing else in the row.
 pub fn checkpoint_at(
     position: Option<&kinesis_checkpoint::Position>,
-) -> kinesis_checkpoint::Commit {
-    let mut commit = kinesis_checkpoint::Commit::default();
+) -> kinesis_checkpoint::store::Commit {
+    let mut commit = kinesis_checkpoint::store::Commit::default();
     commit.checkpoint = position.cloned();
     commit
 }

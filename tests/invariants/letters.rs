@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
 use kinesis_checkpoint::dead_letter::{
     MemoryQueue, Message, MessageQueue, Received, redrive_queue, send_letter,
 };
 use kinesis_checkpoint::local::{MemoryStream, Rng};
-use kinesis_checkpoint::{BoxFuture, DeadLetter, DeadLetterError, DeadLetterSink, Outcome, Record};
+use kinesis_checkpoint::{BoxFuture, DeadLetterSink, Outcome, Record};
 
 use super::Shared;
 

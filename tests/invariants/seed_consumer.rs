@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::{LeaseKey, LeaseStore, SHARD_END, SequenceNumber};
+use kinesis_checkpoint::sequence::SHARD_END;
+use kinesis_checkpoint::store::LeaseStore;
+use kinesis_checkpoint::{LeaseKey, SequenceNumber};
 
 use super::{Fault, Shared};
 

@@ -8,8 +8,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kinesis_checkpoint::BoxFuture;
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next};
-use kinesis_checkpoint::{BoxFuture, CheckpointStore, LeaseError};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError};
 
 /// `inner`, with every lease TTL shifted by the invocation's clock offset.
 pub type Skewed = Layered<dyn CheckpointStore, Skew>;

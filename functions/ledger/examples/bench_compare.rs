@@ -35,7 +35,9 @@ use std::time::Instant;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use kinesis_checkpoint::{Disposition, DynamoLeaseStore, LambdaKinesisEvent, Processor};
+use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::report::Disposition;
+use kinesis_checkpoint::{DynamoLeaseStore, Processor};
 use ledger::DynamoBook;
 use serde_json::json;
 

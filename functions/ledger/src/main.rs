@@ -13,9 +13,12 @@
 
 use std::sync::Arc;
 
-use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition};
-use kinesis_checkpoint::metrics::{DEFAULT_NAMESPACE, Metrics};
-use kinesis_checkpoint::{DynamoLeaseStore, Mode, Processor, SqsDeadLetters};
+use kinesis_checkpoint::metrics::DEFAULT_NAMESPACE;
+use kinesis_checkpoint::processor::CheckpointMode;
+use kinesis_checkpoint::{
+    DynamoLeaseStore, Gate, Handler, KinesisTopology, Metrics, Mode, Processor, SqsDeadLetters,
+    StartingPosition,
+};
 use ledger::{DynamoBook, required};
 
 #[tokio::main]
@@ -24,13 +27,27 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = aws_config::load_from_env().await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
+    let handler = ledger::handler(book);
+    let mode: Mode =
+        std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
+    // The mode is the builder's type: the branch is taken once, here, and the settings both
+    // modes share are applied by one function.
+    match mode {
+        Mode::Shard => run(Processor::new(leases, handler), &config).await,
+        Mode::PartitionKey => run(Processor::by_partition_key(leases, handler), &config).await,
+    }
+}
+
+/// Applies the settings both modes share, from the environment, and serves the processor.
+async fn run<H: Handler, M: CheckpointMode>(
+    processor: Processor<H, M>,
+    config: &aws_config::SdkConfig,
+) -> Result<(), lambda_runtime::Error> {
     let starting_position: StartingPosition = std::env::var("STARTING_POSITION")
         .map_or(Ok(StartingPosition::TrimHorizon), |position| {
             position.parse()
         })?;
-    let gate = Gate::new(Arc::new(KinesisTopology::new(&config)), starting_position);
-    let mode: Mode =
-        std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
+    let gate = Gate::new(Arc::new(KinesisTopology::new(config)), starting_position);
     let max_in_flight: usize = std::env::var("MAX_IN_FLIGHT").map_or(Ok(1), |n| {
         n.parse()
             .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
@@ -38,13 +55,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     // One CloudWatch embedded-metric line per invocation (namespace `METRICS_NAMESPACE`).
     let namespace =
         std::env::var("METRICS_NAMESPACE").unwrap_or_else(|_| DEFAULT_NAMESPACE.to_owned());
-    let mut processor = Processor::new(leases, ledger::handler(book))
+    let mut processor = processor
         .gate(gate)
-        .mode(mode)
         .concurrency(max_in_flight)
         .metrics(Metrics::new(namespace));
     if let Ok(queue) = std::env::var("DEAD_LETTER_QUEUE_URL") {
-        processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(&config, queue)));
+        processor = processor.dead_letters(Arc::new(SqsDeadLetters::new(config, queue)));
     }
     if let Ok(attempts) = std::env::var("MAX_ATTEMPTS") {
         processor =

@@ -85,7 +85,7 @@ impl DynamoLeaseStore {
     ///
     /// ```no_run
     /// # use kinesis_checkpoint::DynamoLeaseStore;
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = DynamoLeaseStore::new(&aws_config::load_from_env().await, "orders-leases");
     /// for row in store.rows(|_| ()).await? {
     ///     println!("{} at {:?}", row.lease_key, row.state.checkpoint);
@@ -135,7 +135,7 @@ impl DynamoLeaseStore {
     ///
     /// ```no_run
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey};
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = DynamoLeaseStore::new(&aws_config::load_from_env().await, "orders-leases");
     /// let state = store.row(&LeaseKey::new("orders", "shardId-000000000000")).await?;
     /// # Ok(())
@@ -160,7 +160,7 @@ impl DynamoLeaseStore {
     /// ```no_run
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
     /// # use kinesis_checkpoint::store::dynamo::Moved;
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let store = DynamoLeaseStore::new(&aws_config::load_from_env().await, "orders-leases");
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// match store.move_checkpoint(&key, Some(&Position::ShardEnd), false).await? {

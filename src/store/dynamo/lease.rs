@@ -87,7 +87,7 @@ impl DynamoLeaseStore {
     ///
     /// ```no_run
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey};
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let config = aws_config::load_from_env().await;
     /// let store = DynamoLeaseStore::new(&config, "orders-leases");
     /// let row = store.read(&LeaseKey::new("orders", "shardId-000000000000")).await?;
@@ -110,7 +110,7 @@ impl DynamoLeaseStore {
     /// ```no_run
     /// # use std::time::Duration;
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey};
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let config = aws_config::load_from_env().await;
     /// let store = DynamoLeaseStore::new(&config, "orders-leases");
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
@@ -146,7 +146,7 @@ impl DynamoLeaseStore {
     ///
     /// ```no_run
     /// # use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
-    /// # async fn run() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn run() -> Result<(), kinesis_checkpoint::store::LeaseError> {
     /// let config = aws_config::load_from_env().await;
     /// let store = DynamoLeaseStore::new(&config, "orders-leases");
     /// let key = LeaseKey::new("orders", "shardId-000000000000");

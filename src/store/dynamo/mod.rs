@@ -82,7 +82,8 @@ pub struct DynamoLeaseStore {
 /// Recover it from a [`LeaseError`] with `downcast_ref`:
 ///
 /// ```
-/// # use kinesis_checkpoint::{LeaseError, UnattributedLegacyRow};
+/// # use kinesis_checkpoint::store::LeaseError;
+/// # use kinesis_checkpoint::store::dynamo::UnattributedLegacyRow;
 /// fn is_legacy(error: &LeaseError) -> bool {
 ///     error.downcast_ref::<UnattributedLegacyRow>().is_some()
 /// }

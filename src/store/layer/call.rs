@@ -64,7 +64,8 @@ impl Operation {
 /// use std::time::Duration;
 ///
 /// use kinesis_checkpoint::store::{Call, CheckpointStore, Layer, Layered, Next, Operation};
-/// use kinesis_checkpoint::{BoxFuture, LeaseError, LeaseKey, MemoryLeaseStore};
+/// use kinesis_checkpoint::{BoxFuture, LeaseKey, MemoryLeaseStore};
+/// use kinesis_checkpoint::store::LeaseError;
 ///
 /// /// Notes each call's operation, keys and ttl.
 /// #[derive(Default)]

@@ -45,7 +45,8 @@ pub use call::{Call, Operation};
 /// use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// use kinesis_checkpoint::store::{Call, CheckpointStore, Layer, Layered, Next, Operation};
-/// use kinesis_checkpoint::{BoxFuture, LeaseError, LeaseKey, MemoryLeaseStore, Position};
+/// use kinesis_checkpoint::{BoxFuture, LeaseKey, MemoryLeaseStore, Position};
+/// use kinesis_checkpoint::store::LeaseError;
 ///
 /// #[derive(Default)]
 /// struct CountWrites(AtomicU64);
@@ -129,7 +130,8 @@ impl<S: ?Sized, L: Layer> Layered<S, L> {
     /// ```
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::store::{Call, Layer, Layered, Next};
-    /// # use kinesis_checkpoint::{BoxFuture, LeaseError, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
+    /// # use kinesis_checkpoint::store::LeaseError;
     /// struct Nothing;
     ///
     /// impl Layer for Nothing {

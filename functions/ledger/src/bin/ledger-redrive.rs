@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_checkpoint::redrive;
+use kinesis_checkpoint::dead_letter::redrive;
 use ledger::{DynamoBook, required};
 
 #[tokio::main]
