@@ -68,8 +68,8 @@
 //! # Features
 //!
 //! `dynamodb`, `kinesis` and `sqs` (on by default) build the AWS pieces. `testing` (off) adds
-//! the test doubles ([`MemoryDeadLetters`](dead_letter::MemoryDeadLetters),
-//! [`MemoryQueue`](dead_letter::MemoryQueue)) and the local event source (`local`); a deployed
+//! the test doubles (`dead_letter::MemoryDeadLetters`,
+//! `dead_letter::MemoryQueue`) and the local event source (`local`); a deployed
 //! function needs neither. `local` is the old name of `testing`, and `kpl` does nothing: both
 //! stay so that manifests naming them keep building.
 //!

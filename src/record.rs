@@ -238,7 +238,7 @@ impl Record {
     /// empty key (`PutRecord` requires 1 to 256 characters), so it never mixes with a real
     /// one. Per-key logic treats it as one more key: under [`Processor::concurrency`] the
     /// records without a key run in order among themselves, in the
-    /// [partition-key mode](crate::partition_key) they share the row `stream:shard:` (the key
+    /// [partition-key mode](crate::PartitionKeyMode) they share the row `stream:shard:` (the key
     /// after the last `:` is empty), and the parent gate reads that row for them.
     ///
     /// [`Processor::concurrency`]: crate::Processor::concurrency

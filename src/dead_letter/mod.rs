@@ -10,9 +10,9 @@
 //! [`SqsDeadLetters`] (feature `sqs`) writes one message per record, readable by a person (split
 //! over several when the record is larger than a message), and [`redrive`] runs them back through
 //! a handler. The message format (`message`) and the queue operations ([`MessageQueue`]) are
-//! apart from SQS, so that [`MemoryQueue`], which applies SQS's limits in memory, runs the same
-//! chunking and joining in simulations. [`MemoryDeadLetters`] keeps whole letters in memory for
-//! tests and the demo.
+//! apart from SQS, so that `MemoryQueue`, which applies SQS's limits in memory, runs the same
+//! chunking and joining in simulations; `MemoryDeadLetters` keeps whole letters in memory for
+//! tests and the demo (both test doubles, feature `testing`).
 //!
 //! The folder: `mod.rs` the sink trait and the letter; `message.rs` the messages a letter
 //! becomes, and back; `queue.rs` the queue trait and the queue in memory; `sqs.rs` the SQS queue;

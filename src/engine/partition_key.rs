@@ -47,8 +47,8 @@
 //! a held batch reads no record twice and asks only the keys still pending. A parent still open
 //! holds the child.
 //!
-//! [`CheckpointStore::read_rows`]: crate::CheckpointStore::read_rows
-//! [`CheckpointStore::commit_rows`]: crate::CheckpointStore::commit_rows
+//! [`CheckpointStore::read_rows`]: crate::store::CheckpointStore::read_rows
+//! [`CheckpointStore::commit_rows`]: crate::store::CheckpointStore::commit_rows
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -138,7 +138,7 @@ impl Gate {
     }
 
     /// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent
-    /// is finished, why the child waits otherwise (see [`partition_key`](crate::partition_key)).
+    /// is finished, why the child waits otherwise (see [`partition_key`](crate::PartitionKeyMode)).
     pub(crate) async fn check_partition_keys(
         &self,
         store: &dyn CheckpointStore,

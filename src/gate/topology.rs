@@ -122,7 +122,7 @@ pub trait Topology: Send + Sync + 'static {
     }
 
     /// Every record of the closed `shard`, oldest first: what the gate checks a parent against
-    /// in the [partition-key mode](crate::partition_key), where no shard checkpoint says how far
+    /// in the [partition-key mode](crate::PartitionKeyMode), where no shard checkpoint says how far
     /// it got.
     ///
     /// The default cannot read records: it fails, and the gate holds the child (rather than

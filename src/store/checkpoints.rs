@@ -84,7 +84,7 @@ pub struct Commit {
 }
 
 /// The write of one partition key's row in the partition-key mode (see
-/// [`partition_key`](crate::partition_key)): applied only if nobody wrote the row since it was
+/// [`partition_key`](crate::PartitionKeyMode)): applied only if nobody wrote the row since it was
 /// read, that is if its `lease_counter` is still `expected_counter`.
 ///
 /// ```

@@ -26,7 +26,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The error a lease store reports. The processor adds the stream, the shard and the sequence
 /// number when it logs or returns one; typed causes (such as
-/// [`UnattributedLegacyRow`](crate::UnattributedLegacyRow)) can be recovered with `downcast_ref`.
+/// [`UnattributedLegacyRow`](crate::store::dynamo::UnattributedLegacyRow)) can be recovered with `downcast_ref`.
 pub type LeaseError = Box<dyn StdError + Send + Sync>;
 
 /// The persisted state of one shard's row.
@@ -34,7 +34,7 @@ pub type LeaseError = Box<dyn StdError + Send + Sync>;
 /// The seed crate's state held the checkpoint only; the other fields are the toolkit's
 /// extensions of the schema, and a store that does not keep them leaves them empty.
 ///
-/// `checkpoint` always names a record done whole (or [`SHARD_END`](crate::SHARD_END)): that is what the seed
+/// `checkpoint` always names a record done whole (or [`SHARD_END`](crate::sequence::SHARD_END)): that is what the seed
 /// crate, the KCL and a person reading the table take it for, and a writer that knows nothing
 /// of KPL (the seed crate) moves it alone. Progress *inside* the KPL aggregate after it is kept
 /// beside it, in `aggregate_sequence` and `aggregate_sub`, and believed only while that
@@ -66,7 +66,7 @@ pub type LeaseError = Box<dyn StdError + Send + Sync>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseState {
-    /// The last checkpointed sequence number, [`SHARD_END`](crate::SHARD_END) when the shard is finished, or
+    /// The last checkpointed sequence number, [`SHARD_END`](crate::sequence::SHARD_END) when the shard is finished, or
     /// `None` when never checkpointed.
     pub checkpoint: Option<String>,
     /// The 0.1.0 form of a position inside a KPL aggregate: `checkpoint` is the aggregate and

@@ -17,7 +17,7 @@ impl LeaseState {
     ///
     /// # Errors
     ///
-    /// A stored checkpoint that is neither a sequence number nor [`SHARD_END`](crate::SHARD_END): the row was
+    /// A stored checkpoint that is neither a sequence number nor [`SHARD_END`](crate::sequence::SHARD_END): the row was
     /// written by something else, and guessing would skip or replay records.
     ///
     /// ```
@@ -40,7 +40,7 @@ impl LeaseState {
     ///
     /// # Errors
     ///
-    /// A `checkpoint` that is neither a sequence number nor [`SHARD_END`](crate::SHARD_END).
+    /// A `checkpoint` that is neither a sequence number nor [`SHARD_END`](crate::sequence::SHARD_END).
     ///
     /// ```
     /// # use kinesis_checkpoint::Position;
