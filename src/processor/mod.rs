@@ -312,7 +312,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
-    /// let event = serde_json::from_str(include_str!("../events/batch.json"))?;
+    /// let event = serde_json::from_str(include_str!("../../events/batch.json"))?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
     /// assert!(response.batch_item_failures.is_empty());
     /// # Ok(())
@@ -343,7 +343,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
     /// let event: aws_lambda_events::event::kinesis::KinesisEvent =
-    ///     serde_json::from_str(include_str!("../events/batch.json"))?;
+    ///     serde_json::from_str(include_str!("../../events/batch.json"))?;
     /// let context = lambda_runtime::Context::default();
     /// let first = processor.process_batch(event.clone(), &context).await?;
     /// let again = processor.process_batch(event, &context).await?;
