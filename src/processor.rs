@@ -970,28 +970,45 @@ impl<H: Handler> Processor<H> {
                 );
                 // The holder may be an invocation whose release did not land: should the mapping
                 // give up on this batch meanwhile, the next one must find the gap.
-                // The lowest batch turned away counts, so an older mark still above the
-                // checkpoint is kept.
-                let done = state.position().ok().flatten();
-                let older = state.contended.as_ref().filter(|contended| {
-                    done.as_ref().is_none_or(|done| *contended > done)
-                        && attempting.is_some_and(|first| *contended <= first)
-                });
-                if let (Some(first), None) = (attempting, older)
-                    && let Err(error) = self.store.mark_contended(key, first).await
-                {
-                    tracing::warn!(%error, "could not remember the batch turned away");
-                }
+                self.turned_away(key, &state, attempting).await;
                 return Err(StopReason::LeaseHeld { owner });
             }
             Err(error) => {
                 tracing::error!(%error, "could not claim the shard's lease; processing nothing");
                 self.release(key, owner, Vec::new(), ReportedChange::Keep)
                     .await;
+                // The claim's mark of the batch did not land: should the mapping give up on the
+                // batch (its retries spent on refused claims), the next one must find the gap.
+                // A store that refuses this too has lost nothing yet; one that refuses every
+                // write on every delivery of the batch leaves nothing to find it by.
+                if attempting.is_some() {
+                    match self.store.read(key).await {
+                        Ok(state) => self.turned_away(key, &state, attempting).await,
+                        Err(error) => {
+                            tracing::warn!(%error, "could not remember the batch turned away");
+                        }
+                    }
+                }
                 return Err(StopReason::Store(error.to_string()));
             }
         };
         Ok(state)
+    }
+
+    /// Remembers a batch starting at `attempting` that ran nothing, in the row's `contended`
+    /// (written without the lease). The lowest batch turned away counts, so an older mark still
+    /// above the checkpoint is kept.
+    async fn turned_away(&self, key: &LeaseKey, state: &LeaseState, attempting: Option<&Position>) {
+        let done = state.position().ok().flatten();
+        let older = state.contended.as_ref().filter(|contended| {
+            done.as_ref().is_none_or(|done| *contended > done)
+                && attempting.is_some_and(|first| *contended <= first)
+        });
+        if let (Some(first), None) = (attempting, older)
+            && let Err(error) = self.store.mark_contended(key, first).await
+        {
+            tracing::warn!(%error, "could not remember the batch turned away");
+        }
     }
 
     /// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its

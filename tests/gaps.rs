@@ -883,3 +883,55 @@ async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_b
     );
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5]);
 }
+
+#[tokio::test]
+async fn a_batch_whose_claim_the_store_refused_and_the_mapping_gave_up_on_is_recovered_by_the_next()
+{
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..6);
+    let store = Arc::new(common::faults::Faulty::new(Arc::new(MemoryLeaseStore::new())));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // Every claim of records 2 and 3 is throttled (its mark of the batch never lands), until
+    // the mapping gives up on them.
+    store.claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused.shards[0].stopped,
+        Some((_, StopReason::Store(_)))
+    ));
+    let row = store.read(&key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[2].sequence.clone()),
+        "the batch whose claim was refused is remembered by a write after it"
+    );
+    store.claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
+    assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
+}

@@ -543,7 +543,6 @@ impl Scenario {
             // the mapping's own delivery report a held lease, which the row cannot remember
             // without owning it; retries exhausted meanwhile, the batch is lost (open).
             mapping
-                .concurrent_deliveries(0.0)
                 .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
                 // A record age only on a shard stuck on a reported record: a shard that merely
                 // lags has reported nothing, and a record it drops for age is not found (open).
@@ -571,7 +570,7 @@ impl Scenario {
                 ChaosLevels {
                     // A claim refused outright writes nothing: should the mapping give up on
                     // every delivery the store refused, no row remembers the batch (open).
-                    throttle: if discards { 0.0 } else { 0.05 },
+                    throttle: 0.05,
                     lost_answer: 0.03,
                     latency: 0.1,
                     max_latency: Duration::from_millis(2),

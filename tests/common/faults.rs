@@ -258,6 +258,10 @@ pub struct Chaos<S> {
     pub injected: std::sync::Mutex<[u64; 4]>,
     /// Where every claim and write is noted, with its answer, when set.
     trace: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+    /// Rows whose claim was just throttled, and how many of the calls that follow on them are
+    /// answered: a throttle refuses a request, it is not an outage of the row (an outage
+    /// through every write of every delivery of a batch leaves nothing to remember it by).
+    spared: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl<S: LeaseStore> Chaos<S> {
@@ -268,6 +272,7 @@ impl<S: LeaseStore> Chaos<S> {
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
             injected: std::sync::Mutex::new([0; 4]),
             trace: None,
+            spared: std::sync::Mutex::default(),
         }
     }
 
@@ -307,6 +312,22 @@ impl<S: LeaseStore> Chaos<S> {
             return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected)".into());
         }
         Ok(())
+    }
+
+    /// Latency and throttling before a call on `key`, unless a throttled claim spared it.
+    async fn before_on(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let spared = {
+            let mut spared = self.spared.lock().unwrap();
+            spared.get_mut(&key.to_string()).is_some_and(|left| {
+                let spare = *left > 0;
+                *left = left.saturating_sub(1);
+                spare
+            })
+        };
+        if spared {
+            return Ok(());
+        }
+        self.before().await
     }
 
     /// A write's answer lost on its way back.
@@ -372,7 +393,7 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, Result<LeaseState, LeaseError>> {
         Box::pin(async move {
-            self.before().await?;
+            self.before_on(key).await?;
             self.inner.read(key).await
         })
     }
@@ -396,7 +417,10 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
         attempting: Option<&'a Position>,
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
-            self.before().await?;
+            if let Err(error) = self.before().await {
+                self.spared.lock().unwrap().insert(key.to_string(), 2);
+                return Err(error);
+            }
             let claim = self
                 .inner
                 .acquire_and_read(key, owner, ttl, attempting)
@@ -501,6 +525,12 @@ impl<S: LeaseStore> LeaseStore for Chaos<S> {
         key: &'a LeaseKey,
         first: &'a Position,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.mark_contended(key, first)
+        Box::pin(async move {
+            self.before_on(key).await?;
+            let written = self.inner.mark_contended(key, first).await;
+            let written = self.after(written);
+            self.note(|| format!("store: {key} marked contended at {first}: {written:?}"));
+            written
+        })
     }
 }
