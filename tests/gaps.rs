@@ -935,3 +935,42 @@ async fn a_batch_whose_claim_the_store_refused_and_the_mapping_gave_up_on_is_rec
     assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
 }
+
+#[tokio::test]
+async fn records_after_a_seed_consumers_checkpoint_past_the_reported_record_are_recovered_when_the_mapping_gave_up_on_them()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..8);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[2])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let reported = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..4),
+            &context("first", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(reported.shards[0].stopped.is_some(), "record 2 is reported");
+    // A seed-crate consumer takes the shard over, runs records 2 and 3 and checkpoints 3 with
+    // the seed's methods, knowing nothing of `reported`.
+    assert!(store.acquire(&key, "seed", Duration::from_secs(30)).await.unwrap());
+    seen.0.lock().unwrap().extend([2, 3]);
+    let third = stream.records(SHARD)[3].sequence.clone();
+    assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
+    store.release(&key, "seed").await.unwrap();
+    // Meanwhile the mapping gave up on records 2 to 5; its next batch starts at 6.
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(seen.all(), (0..8).collect::<Vec<_>>(), "once each, in order");
+}

@@ -598,7 +598,6 @@ impl Scenario {
             seed_consumer: !partition_keys
                 && in_flight == 1
                 && !seed_methods_only
-                && !discards
                 && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25),
             letters: Letters::draw(seed),
         }
