@@ -223,9 +223,11 @@ struct Harness {
     seed_methods_only: bool,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
-    /// Each invocation's clock is off by up to this much (milliseconds): within the
-    /// processor's default margin, which caps at a third of the lease's TTL.
+    /// Each invocation's clock is off by up to this much (milliseconds): the processor's
+    /// `clock_skew` margin, which caps at a third of the lease's TTL.
     skew_ms: u64,
+    /// The lease's TTL: 150 ms, or three times the skew (the least that gives the margin whole).
+    lease_ttl: Duration,
     rng: Mutex<Rng>,
 }
 
@@ -320,7 +322,8 @@ impl Function for Harness {
                 ))
                 .mode(self.mode)
                 .concurrency(self.in_flight)
-                .lease_ttl(Duration::from_millis(150))
+                .lease_ttl(self.lease_ttl)
+                .clock_skew(Duration::from_millis(self.skew_ms))
                 .max_attempts(self.max_attempts)
                 .deadline_margin(self.deadline_margin);
             tokio::select! {
@@ -585,13 +588,11 @@ impl Scenario {
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
             discards,
-            // Not beside discards: a consumer that knows nothing of `reported` checkpoints past
-            // it, and the records between its checkpoint and a batch after a discard are then
-            // not found (open).
-            // Up to a third of the simulation's 150 ms lease, the most the margin covers (in
-            // production, ±1 s beside a 30 s lease); the shard mode only, which has a lease.
-            skew_ms: if !partition_keys && Rng::new(seed ^ 0x5CE3).chance(0.3) {
-                50
+            // Up to ±1 s between invocations, the processor's default `clock_skew`; their
+            // lease is then 3 s (the margin caps at a third of the TTL). The shard mode only,
+            // which has a lease.
+            skew_ms: if !partition_keys && Rng::new(seed ^ 0x5CE3).chance(SKEW_CHANCE) {
+                1_000
             } else {
                 0
             },
@@ -816,7 +817,9 @@ async fn later_batches(
             "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
         });
         let event = common::event(&[record]);
-        for attempt in 0..30 {
+        // Until a lease left by a dead invocation lapses, whatever clock it was written by.
+        let attempts = 30 + 2 * (harness.lease_ttl.as_millis() as u64 + 2 * scenario.skew_ms) / 20;
+        for attempt in 0..attempts {
             let context = common::context(&format!("later-{index}-{attempt}"), 2_000);
             harness
                 .shared
@@ -913,6 +916,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
         skew_ms: scenario.skew_ms,
+        lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written
@@ -1077,6 +1081,9 @@ fn write_trace(seed: u64, trace: &[String]) {
     )
     .unwrap();
 }
+
+/// The share of scenarios whose invocations' clocks disagree.
+const SKEW_CHANCE: f64 = 1.0;
 
 /// How many scenarios run at once.
 const CONCURRENT_SCENARIOS: usize = 25;
