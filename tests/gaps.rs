@@ -889,7 +889,9 @@ async fn a_batch_whose_claim_the_store_refused_and_the_mapping_gave_up_on_is_rec
 {
     let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
     orders(&stream, 0..6);
-    let store = Arc::new(common::faults::Faulty::new(Arc::new(MemoryLeaseStore::new())));
+    let store = Arc::new(common::faults::Faulty::new(Arc::new(
+        MemoryLeaseStore::new(),
+    )));
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
         Arc::new(stream.clone()),
@@ -958,7 +960,12 @@ async fn records_after_a_seed_consumers_checkpoint_past_the_reported_record_are_
     assert!(reported.shards[0].stopped.is_some(), "record 2 is reported");
     // A seed-crate consumer takes the shard over, runs records 2 and 3 and checkpoints 3 with
     // the seed's methods, knowing nothing of `reported`.
-    assert!(store.acquire(&key, "seed", Duration::from_secs(30)).await.unwrap());
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
     seen.0.lock().unwrap().extend([2, 3]);
     let third = stream.records(SHARD)[3].sequence.clone();
     assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
@@ -972,5 +979,9 @@ async fn records_after_a_seed_consumers_checkpoint_past_the_reported_record_are_
         .await
         .unwrap();
     assert!(next.shards[0].gap.is_some(), "{next:?}");
-    assert_eq!(seen.all(), (0..8).collect::<Vec<_>>(), "once each, in order");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
 }

@@ -3,6 +3,11 @@
 //! leases that lapse `offset` early for everyone else, and one ahead writes leases that last
 //! longer. Each invocation gets its own offset; this wrapper shifts the TTL of every lease it
 //! takes or renews by it. The processor's `clock_skew` margin must absorb it.
+//!
+//! A skew shows only when a sandbox stops renewing and goes on working: a [`Pause`] freezes one
+//! (its renewals wait) after its first record, until its stored lease has lapsed and a rival has
+//! taken and run the batch. Without the margin its own view of the lease still runs, and it
+//! starts records the rival has already done.
 
 use std::time::Duration;
 
@@ -13,11 +18,46 @@ use kinesis_checkpoint::{
 /// `inner`, with every TTL it is given shifted by `offset_ms` (negative: the sandbox's clock is
 /// behind, its leases lapse early).
 pub struct Skewed {
-    pub inner: std::sync::Arc<dyn LeaseStore>,
-    pub offset_ms: i64,
+    inner: std::sync::Arc<dyn LeaseStore>,
+    offset_ms: i64,
+    /// Held while the sandbox is frozen: a renewal waits for it.
+    frozen: tokio::sync::Mutex<()>,
+}
+
+/// A freeze of one sandbox: `begin` tells the rival to go once the stored lease lapsed, `done`
+/// that it has run the batch.
+pub struct Pause {
+    skewed: std::sync::Arc<Skewed>,
+    pub begin: tokio::sync::Notify,
+    pub done: tokio::sync::Notify,
+}
+
+impl Pause {
+    pub fn new(skewed: std::sync::Arc<Skewed>) -> Self {
+        Self {
+            skewed,
+            begin: tokio::sync::Notify::new(),
+            done: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Freezes the sandbox (no renewal goes out) until the rival is done, or `at_most`.
+    pub async fn freeze(&self, at_most: std::time::Duration) {
+        let _frozen = self.skewed.frozen.lock().await;
+        self.begin.notify_one();
+        let _ = tokio::time::timeout(at_most, self.done.notified()).await;
+    }
 }
 
 impl Skewed {
+    pub fn new(inner: std::sync::Arc<dyn LeaseStore>, offset_ms: i64) -> Self {
+        Self {
+            inner,
+            offset_ms,
+            frozen: tokio::sync::Mutex::new(()),
+        }
+    }
+
     fn shifted(&self, ttl: Duration) -> Duration {
         let millis = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         Duration::from_millis(u64::try_from((millis + self.offset_ms).max(1)).unwrap_or(1))
@@ -40,7 +80,11 @@ impl LeaseStore for Skewed {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        self.inner.renew(key, owner, self.shifted(ttl))
+        Box::pin(async move {
+            // A frozen sandbox sends nothing until it thaws.
+            drop(self.frozen.lock().await);
+            self.inner.renew(key, owner, self.shifted(ttl)).await
+        })
     }
 
     fn checkpoint<'a>(
