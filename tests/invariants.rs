@@ -166,6 +166,10 @@ struct Journal {
     takeovers: u64,
     /// Invocations frozen past their stored lease while a rival ran their batch.
     pauses: u64,
+    /// A seed consumer took a shard over that the toolkit had stopped inside an aggregate.
+    handoffs_into_aggregate: u64,
+    /// A seed consumer stopped inside an aggregate (before its checkpoint), left to the toolkit.
+    handoffs_out_of_aggregate: u64,
     /// Healthy slow records started with at least half of their invocation's time: a starved
     /// machine may still cut one then, and the processor rightly counts that attempt.
     fair_starts: HashSet<(String, String)>,
@@ -252,9 +256,10 @@ impl Function for Harness {
                     .map(|(shard, _)| shard.to_owned())
             });
             if let Some(knowledge) = &self.seed_consumer {
-                let records = {
+                let (records, stop_inside) = {
                     let mut rng = self.rng.lock().unwrap();
-                    rng.chance(0.2).then(|| rng.within(1..4) as usize)
+                    let records = rng.chance(0.2).then(|| rng.within(1..4) as usize);
+                    (records, rng.chance(0.3))
                 };
                 if let (Some(records), Some(shard)) = (records, event_shard.clone()) {
                     let owner = format!("seed-{invocation}");
@@ -264,7 +269,7 @@ impl Function for Harness {
                         knowledge,
                         &self.shared,
                         (&shard, &owner),
-                        records,
+                        (records, stop_inside),
                     )
                     .await;
                 }
@@ -970,6 +975,7 @@ struct Counts {
     recovered: u64,
     takeovers: u64,
     pauses: u64,
+    handoffs: [u64; 2],
     faults: [u64; 4],
     letters: LetterCounts,
 }
@@ -1085,6 +1091,10 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         recovered: journal.recovered,
         takeovers: journal.takeovers,
         pauses: journal.pauses,
+        handoffs: [
+            journal.handoffs_into_aggregate,
+            journal.handoffs_out_of_aggregate,
+        ],
         letters,
         ..Counts::default()
     };
@@ -1286,6 +1296,8 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.recovered += counts.recovered;
                 totals.takeovers += counts.takeovers;
                 totals.pauses += counts.pauses;
+                totals.handoffs[0] += counts.handoffs[0];
+                totals.handoffs[1] += counts.handoffs[1];
                 totals.dead_lettered += counts.dead_lettered;
                 for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
                     *total += n;
@@ -1318,8 +1330,13 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over; {} invocations froze past their stored lease while a rival ran their batch",
-        totals.discarded, totals.recovered, totals.takeovers, totals.pauses
+        "mapping discards: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch",
+        totals.discarded,
+        totals.recovered,
+        totals.takeovers,
+        totals.handoffs[0],
+        totals.handoffs[1],
+        totals.pauses
     );
     assert!(
         count < 100 || totals.deaths > 0,

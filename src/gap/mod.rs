@@ -251,8 +251,9 @@ pub(crate) fn detect(
     checkpoint: Option<&Position>,
     first: &Position,
 ) -> Option<SkippedRange> {
-    let outstanding = outstanding(state, checkpoint);
-    let Some(reported) = outstanding.or_else(|| overtaken(state, checkpoint)) else {
+    // An overtaken checkpoint lies below any mark still outstanding: it comes first.
+    let overtaken = overtaken(state, checkpoint);
+    let Some(reported) = overtaken.or_else(|| outstanding(state, checkpoint)) else {
         return None;
     };
     if first <= reported {
@@ -264,7 +265,7 @@ pub(crate) fn detect(
     else {
         return None;
     };
-    if let (None, Some(Position::Record { sequence, .. })) = (outstanding, checkpoint)
+    if let (Some(_), Some(Position::Record { sequence, .. })) = (overtaken, checkpoint)
         && before <= sequence
     {
         // The batch starts at or inside the overtaken checkpoint's record: nothing between.
@@ -395,6 +396,14 @@ mod tests {
             None,
             "finished"
         );
+        // A batch turned away since (contended 30) proves nothing about what lies between the
+        // overtaken checkpoint and it.
+        let contended = LeaseState {
+            contended: Some(at(30)),
+            ..row(Some(at(20)))
+        };
+        let range = detect(&contended, Some(&at(25)), &at(30)).expect("read after it");
+        assert_eq!(range.from, ReadFrom::After("25".parse().unwrap()));
     }
 
     #[test]
