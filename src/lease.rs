@@ -456,6 +456,12 @@ pub enum Claim {
 /// required ones, so any store works; a store that can do a combination in one request should
 /// override them.
 ///
+/// A store of the five methods only keeps no `reported` and no `contended` mark: with a mapping
+/// that gives up on records (a finite `MaximumRetryAttempts` or `MaximumRecordAgeInSeconds`), a
+/// batch it discards goes unnoticed and its records are lost. Gap recovery needs `commit`,
+/// `acquire_and_read` and `mark_contended` implemented (as `MemoryLeaseStore` and
+/// `DynamoLeaseStore` do).
+///
 /// # Examples
 ///
 /// A store needs only the five methods; the processor calls the extensions.

@@ -40,15 +40,22 @@
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
 //! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`; the stream
 //!   then goes on (one more record per shard, delivered as the batch after everything), and
-//!   gap recovery must bring every discarded record back;
+//!   gap recovery must bring every discarded record back; with stray concurrent deliveries,
+//!   throttled claims (a throttle refuses one request: the two calls after a refused claim on
+//!   its row are answered) and a seed consumer drawn as in any scenario;
 //! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
 //!   record at a time): between invocations it takes a shard over with the seed's five methods,
-//!   handles records after `checkpoint` and checkpoints them whole (`seed_consumer.rs`).
+//!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
+//!   aggregate the toolkit stopped in and sometimes stopping inside one itself
+//!   (`seed_consumer.rs`);
+//! - clock skew (30 % of shard-mode scenarios): each invocation's clock off by up to ±1 s, the
+//!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
+//!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
+//!   delivery runs its batch (`skew.rs`).
 //!
 //! Not drawn together, each an open limitation written in the README: discards with resharding
-//! (a closed parent's discarded tail), with concurrent deliveries (a stray holding the lease), with
-//! a record age (a lagging shard reports nothing), with refused claims (nothing written), with a
-//! five-method store or beside a seed consumer (neither keeps `reported`).
+//! (a closed parent's discarded tail holds its children), with a record age (a lagging shard
+//! reports nothing), with a five-method store (it keeps neither `reported` nor `contended`).
 //!
 //! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
 //! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
@@ -660,13 +667,10 @@ impl Scenario {
         // finite retries, as a mapping configured so gives up on records. The
         // shard mode only (the partition-key mode has no gap recovery), and on a stream that
         // does not reshard (a closed parent whose tail the mapping gave up on holds its children
-        // until it expires: not recovered, see the README).
+        // until it expires: not recovered, see the README; the scenarios then fail by the dozen).
         let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
         let discards = !partition_keys && discard_rng.chance(0.3);
         let mapping = if discards {
-            // No concurrent (stray) deliveries: a stray that keeps the lease past its work makes
-            // the mapping's own delivery report a held lease, which the row cannot remember
-            // without owning it; retries exhausted meanwhile, the batch is lost (open).
             mapping
                 .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
                 // A record age only on a shard stuck on a reported record: a shard that merely
@@ -695,8 +699,9 @@ impl Scenario {
             death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
-                    // A claim refused outright writes nothing: should the mapping give up on
-                    // every delivery the store refused, no row remembers the batch (open).
+                    // A refused claim is remembered by a read and a mark after it (`Chaos`
+                    // answers those): only an outage through all three on every delivery of a
+                    // batch the mapping gives up on loses it (open).
                     throttle: 0.05,
                     lost_answer: 0.03,
                     latency: 0.1,

@@ -253,9 +253,7 @@ pub(crate) fn detect(
 ) -> Option<SkippedRange> {
     // An overtaken checkpoint lies below any mark still outstanding: it comes first.
     let overtaken = overtaken(state, checkpoint);
-    let Some(reported) = overtaken.or_else(|| outstanding(state, checkpoint)) else {
-        return None;
-    };
+    let reported = overtaken.or_else(|| outstanding(state, checkpoint))?;
     if first <= reported {
         return None;
     }
