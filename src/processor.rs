@@ -808,7 +808,10 @@ impl<H: Handler> Processor<H> {
         // The stored expiry is counted from when the claim was sent, not from its answer: the
         // local view of the lease starts there too, and lapses a skew margin early.
         let lease = LeaseWatch::starting_at(now_millis(), ttl, skew);
-        let state = match self.claim(&key, owner, ttl, first.as_ref()).await {
+        let state = match self
+            .claim(&key, owner, ttl, (first.as_ref(), &entries))
+            .await
+        {
             Ok(state) => state,
             Err(reason) => return report.stop_all(&entries, reason),
         };
@@ -954,7 +957,7 @@ impl<H: Handler> Processor<H> {
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
-        attempting: Option<&Position>,
+        (attempting, batch): (Option<&Position>, &[Entry]),
     ) -> Result<LeaseState, StopReason> {
         let state = match self
             .store
@@ -970,7 +973,7 @@ impl<H: Handler> Processor<H> {
                 );
                 // The holder may be an invocation whose release did not land: should the mapping
                 // give up on this batch meanwhile, the next one must find the gap.
-                self.turned_away(key, &state, attempting).await;
+                self.turned_away(key, &state, batch).await;
                 return Err(StopReason::LeaseHeld { owner });
             }
             Err(error) => {
@@ -983,7 +986,7 @@ impl<H: Handler> Processor<H> {
                 // write on every delivery of the batch leaves nothing to find it by.
                 if attempting.is_some() {
                     match self.store.read(key).await {
-                        Ok(state) => self.turned_away(key, &state, attempting).await,
+                        Ok(state) => self.turned_away(key, &state, batch).await,
                         Err(error) => {
                             tracing::warn!(%error, "could not remember the batch turned away");
                         }
@@ -995,16 +998,21 @@ impl<H: Handler> Processor<H> {
         Ok(state)
     }
 
-    /// Remembers a batch starting at `attempting` that ran nothing, in the row's `contended`
-    /// (written without the lease). The lowest batch turned away counts, so an older mark still
-    /// above the checkpoint is kept.
-    async fn turned_away(&self, key: &LeaseKey, state: &LeaseState, attempting: Option<&Position>) {
+    /// Remembers a batch that ran nothing, in the row's `contended` (written without the lease):
+    /// its first record above the checkpoint, since another writer (a seed consumer) may have
+    /// done part of it already, and a mark at or below the checkpoint is read as done. The
+    /// lowest batch turned away counts, so an older mark still above the checkpoint is kept.
+    async fn turned_away(&self, key: &LeaseKey, state: &LeaseState, batch: &[Entry]) {
         let done = state.position().ok().flatten();
+        let first = batch
+            .iter()
+            .map(Entry::position)
+            .find(|position| done.as_ref().is_none_or(|done| position > done));
         let older = state.contended.as_ref().filter(|contended| {
             done.as_ref().is_none_or(|done| *contended > done)
-                && attempting.is_some_and(|first| *contended <= first)
+                && first.as_ref().is_some_and(|first| *contended <= first)
         });
-        if let (Some(first), None) = (attempting, older)
+        if let (Some(first), None) = (&first, older)
             && let Err(error) = self.store.mark_contended(key, first).await
         {
             tracing::warn!(%error, "could not remember the batch turned away");

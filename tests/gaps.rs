@@ -985,3 +985,68 @@ async fn records_after_a_seed_consumers_checkpoint_past_the_reported_record_are_
         "once each, in order"
     );
 }
+
+#[tokio::test]
+async fn a_batch_turned_away_after_a_seed_consumer_did_part_of_it_is_remembered_above_its_checkpoint()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..8);
+    let store = Arc::new(common::faults::Faulty::new(Arc::new(
+        MemoryLeaseStore::new(),
+    )));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // A seed-crate consumer runs records 2 and 3 and checkpoints 3.
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    seen.0.lock().unwrap().extend([2, 3]);
+    let third = stream.records(SHARD)[3].sequence.clone();
+    assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
+    store.release(&key, "seed").await.unwrap();
+    // The mapping's batch of records 2 to 5 finds its claim refused, until it gives up on it.
+    store.claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..6),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(refused.shards[0].stopped.is_some());
+    let row = store.read(&key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[4].sequence.clone()),
+        "the batch's first record not done is remembered, not one below the checkpoint"
+    );
+    store.claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}
