@@ -6,8 +6,6 @@
 //! Here rather than in `gap`, which holds the rules (when a range was skipped, what the row
 //! remembers) over the store's types only: this side works on the engine's entries and reports.
 
-use std::time::SystemTime;
-
 use super::batch::Entry;
 use super::invocation::Invocation;
 use super::ordered::Dispatched;
@@ -75,7 +73,7 @@ pub(crate) async fn recover<H>(
     };
     let deadline = invocation
         .time_left()
-        .map(|left| SystemTime::now() + left.saturating_sub(settings.deadline_margin) / 2);
+        .map(|left| invocation.clock().now() + left.saturating_sub(settings.deadline_margin) / 2);
     let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
     let read = gate
         .topology()

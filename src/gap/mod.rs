@@ -37,6 +37,7 @@
 
 use std::time::SystemTime;
 
+use crate::clock::{Clock, SystemClock};
 use crate::record::Record;
 pub use crate::report::{GapOutcome, GapReport};
 use crate::sequence::Position;
@@ -81,7 +82,7 @@ impl ReadBudget {
         }
     }
 
-    /// Whether the deadline has passed.
+    /// Whether the deadline has passed on the system's clock.
     ///
     /// ```
     /// # use kinesis_checkpoint::gap::ReadBudget;
@@ -89,8 +90,22 @@ impl ReadBudget {
     /// ```
     #[must_use]
     pub fn expired(&self) -> bool {
+        self.expired_by(&SystemClock)
+    }
+
+    /// Whether the deadline has passed on `clock`: a topology that keeps a clock (a simulated
+    /// stream on virtual time) reads its own.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::ReadBudget;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// assert!(!ReadBudget::new(10, None).expired_by(&SystemClock));
+    /// ```
+    #[must_use]
+    pub fn expired_by(&self, clock: &dyn Clock) -> bool {
         self.deadline
-            .is_some_and(|deadline| SystemTime::now() >= deadline)
+            .is_some_and(|deadline| clock.now() >= deadline)
     }
 }
 

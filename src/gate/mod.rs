@@ -122,6 +122,24 @@ impl Gate {
         self
     }
 
+    /// The clock a finished parent's expiry (for `DynamoDB` TTL) is counted on (default
+    /// [`SystemClock`](crate::clock::SystemClock)): a simulation gives the gate its processor's.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::gate::{Gate, StartingPosition, Topology};
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// fn gate(topology: Arc<dyn Topology>) -> Gate {
+    ///     Gate::new(topology, StartingPosition::TrimHorizon).clock(Arc::new(SystemClock))
+    /// }
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn crate::clock::Clock>) -> Self {
+        self.lineage.clock = clock;
+        self
+    }
+
     /// Where the gate reads the stream: also what reads records the mapping skipped.
     pub(crate) fn topology(&self) -> &dyn Topology {
         self.lineage.topology.as_ref()

@@ -10,14 +10,15 @@
 //! tests of [`SeedStore`](crate::store::SeedStore).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use super::checkpoints::{
     CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
 use super::lease::{BoxFuture, LeaseError, LeaseState, LeaseStore};
 use super::row::{Below, RowForm};
+use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
 
@@ -42,9 +43,17 @@ use crate::sequence::Position;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryLeaseStore {
     rows: Mutex<HashMap<LeaseKey, LeaseState>>,
+    /// What lease expiries are written and judged by.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryLeaseStore {
+    fn default() -> Self {
+        Self::with_clock(clock::system())
+    }
 }
 
 impl MemoryLeaseStore {
@@ -58,6 +67,31 @@ impl MemoryLeaseStore {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Creates an empty store whose lease expiries are written and judged by `clock` (a
+    /// simulation's virtual clock; [`new`](Self::new) takes the system's).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # use std::sync::Arc;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::with_clock(Arc::new(SystemClock));
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
+    /// assert!(store.snapshot()[&key].lease_expiry.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            rows: Mutex::default(),
+            clock,
+        }
     }
 
     /// Every row, for tests and the demo's summary.
@@ -94,8 +128,7 @@ impl MemoryLeaseStore {
     }
 
     /// Takes the lease when it is free, ours, or expired; bumps the counter as a write does.
-    fn take(row: &mut LeaseState, owner: &str, ttl: Duration) -> bool {
-        let now = now_millis();
+    fn take(row: &mut LeaseState, owner: &str, ttl: Duration, now: u64) -> bool {
         let held_by_other = row.lease_owner.as_deref().is_some_and(|current| {
             current != owner && row.lease_expiry.is_some_and(|expiry| expiry > now)
         });
@@ -126,13 +159,6 @@ impl MemoryLeaseStore {
     }
 }
 
-/// The wall clock in epoch milliseconds, the unit of `lease_expiry`.
-pub(crate) fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, millis)
-}
-
 /// A duration in whole milliseconds, saturating: a lease of centuries is still a lease.
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -145,7 +171,11 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move { Ok(self.with_row(key, |row| Self::take(row, owner, ttl))) })
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                Self::take(row, owner, ttl, self.clock.now_millis())
+            }))
+        })
     }
 
     fn renew<'a>(
@@ -218,7 +248,7 @@ impl CheckpointStore for MemoryLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
-                if Self::take(row, owner, ttl) {
+                if Self::take(row, owner, ttl, self.clock.now_millis()) {
                     if row.reported.is_none() {
                         row.reported = attempting.cloned();
                     }
@@ -407,7 +437,7 @@ impl MemoryLeaseStore {
         Ok(self.with_row(key, |row| {
             let ours = Self::owned_by(row, owner);
             if ours {
-                row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
+                row.lease_expiry = Some(self.clock.now_millis().saturating_add(millis(ttl)));
                 row.lease_counter += 1;
             }
             ours
