@@ -9,6 +9,7 @@ pub mod http;
 pub mod kinesis;
 pub mod moto;
 pub mod sqs;
+pub mod watch;
 
 use std::path::PathBuf;
 

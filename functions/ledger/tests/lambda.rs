@@ -11,105 +11,15 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::http;
-use common::moto::{Moto, create_lease_table, create_table, python, unique};
+use common::moto::{Moto, create_lease_table, create_table, unique};
+use common::watch::Watched;
 use common::{redeliver_from, root};
 use serde_json::Value;
-
-/// `cargo lambda watch --only-lambda-apis` and the function polling it; both stopped on drop.
-struct Local {
-    runtime_api: Child,
-    function: Child,
-    url: String,
-}
-
-impl Local {
-    fn start(log: &str, env: &[(&str, &str)]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(root().join("target").join(log)).unwrap();
-        let mut runtime_api = Command::new(cargo_lambda())
-            .args([
-                "lambda",
-                "watch",
-                "--only-lambda-apis",
-                "-A",
-                "127.0.0.1",
-                "-P",
-                &port.to_string(),
-            ])
-            .current_dir(root().join("functions/ledger"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log.try_clone().unwrap())
-            .spawn()
-            .expect("cargo lambda starts; run `make test`, which installs it");
-        let deadline = Instant::now() + Duration::from_mins(1);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let exited = runtime_api.try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "cargo lambda watch did not listen ({exited:?}); see target/e2e-ledger.log"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // The variables `cargo lambda watch` gives a function it starts itself; its function
-        // name is `_` when it only serves the APIs.
-        let function = Command::new(env!("CARGO_BIN_EXE_ledger"))
-            .env(
-                "AWS_LAMBDA_RUNTIME_API",
-                format!("http://127.0.0.1:{port}/.rt"),
-            )
-            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the ledger binary starts");
-        Self {
-            runtime_api,
-            function,
-            url: format!("http://127.0.0.1:{port}/2015-03-31/functions/_/invocations"),
-        }
-    }
-
-    /// Invokes the function with `event` and returns its answer.
-    fn invoke(&self, event: &KinesisEvent) -> Value {
-        let body = serde_json::to_vec(event).unwrap();
-        let (status, answer) =
-            http::request("POST", &self.url, &body).expect("the invoke API answers");
-        let answer: Value = serde_json::from_slice(&answer).unwrap_or_else(|_| {
-            panic!(
-                "a JSON answer, got {status}: {}",
-                String::from_utf8_lossy(&answer)
-            )
-        });
-        assert_eq!(status, 200, "{answer}");
-        answer
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        for child in [&mut self.function, &mut self.runtime_api] {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 /// The tables and queue a test made for the function.
 struct Tables {
@@ -133,7 +43,7 @@ impl Tables {
     }
 
     /// Starts the function on them, against moto at `moto` and kinesis-local at `kinesis`.
-    async fn start(&self, log: &str, moto: &str, kinesis: &str, extra: &[(&str, &str)]) -> Local {
+    async fn start(&self, log: &str, moto: &str, kinesis: &str, extra: &[(&str, &str)]) -> Watched {
         let env: Vec<(String, String)> = [
             ("LEASE_TABLE", self.leases.as_str()),
             ("LEDGER_TABLE", self.ledger.as_str()),
@@ -153,23 +63,15 @@ impl Tables {
         tokio::task::spawn_blocking(move || {
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            Local::start(&log, &env)
+            Watched::start(
+                Path::new(env!("CARGO_BIN_EXE_ledger")),
+                "_",
+                root().join("target").join(log),
+                &env,
+            )
         })
         .await
         .unwrap()
-    }
-}
-
-/// `cargo-lambda` from `CARGO_LAMBDA`, the repository's `.venv`, or the `PATH`.
-fn cargo_lambda() -> PathBuf {
-    if let Some(path) = std::env::var_os("CARGO_LAMBDA") {
-        return path.into();
-    }
-    let venv = python().with_file_name("cargo-lambda");
-    if venv.exists() {
-        venv
-    } else {
-        "cargo-lambda".into()
     }
 }
 
@@ -416,7 +318,7 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
             &[],
         )
         .await;
-    let endpoint = local.url.split("/2015-03-31").next().unwrap().to_owned();
+    let endpoint = local.url().split("/2015-03-31").next().unwrap().to_owned();
 
     let source = KinesisStream::connect(&kinesis_config, "orders")
         .await

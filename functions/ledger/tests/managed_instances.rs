@@ -13,104 +13,34 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::moto::{Moto, create_lease_table, create_table, python, unique};
-use common::{http, lambda_record, root, sequence};
+use common::moto::{Moto, create_lease_table, create_table, unique};
+use common::watch::{self, Watched};
+use common::{lambda_record, sequence};
 use serde_json::{Value, json};
 
 const PARENT: &str = "shardId-000000000000";
 const LEFT: &str = "shardId-000000000001";
 const RIGHT: &str = "shardId-000000000002";
 
-/// `cargo lambda watch --only-lambda-apis` and the function polling it, stopped on drop.
-struct Function {
-    processes: Vec<Child>,
-    url: String,
-    log: std::path::PathBuf,
+/// The metric lines the function printed, one per invocation.
+fn metric_lines(function: &Watched) -> Vec<Value> {
+    std::fs::read_to_string(function.log())
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
 }
 
-impl Function {
-    fn start(env: &[(&str, &str)]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log =
-            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-managed-instances.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let cargo_lambda = std::env::var_os("CARGO_LAMBDA")
-            .map_or_else(|| python().with_file_name("cargo-lambda"), Into::into);
-        let mut api = Command::new(cargo_lambda)
-            .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
-            .args(["-P", &port.to_string()])
-            .current_dir(root().join("functions/ledger"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cargo lambda starts; run `make test`, which installs it");
-        let deadline = Instant::now() + Duration::from_mins(1);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                api.try_wait().unwrap().is_none() && Instant::now() < deadline,
-                "cargo lambda watch did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let function = Command::new(env!("CARGO_BIN_EXE_ledger"))
-            .env(
-                "AWS_LAMBDA_RUNTIME_API",
-                format!("http://127.0.0.1:{port}/.rt/ledger"),
-            )
-            .env("AWS_LAMBDA_FUNCTION_NAME", "ledger")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("the ledger binary starts");
-        Self {
-            processes: vec![function, api],
-            url: format!("http://127.0.0.1:{port}/2015-03-31/functions/ledger/invocations"),
-            log,
-        }
-    }
-
-    /// The metric lines the function printed, one per invocation.
-    fn metric_lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap()
-            .lines()
-            .filter(|line| line.starts_with('{'))
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Function {
-    fn drop(&mut self) {
-        for child in &mut self.processes {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Invokes the function at `url` with `event`; blocking, so run it on a thread of its own.
+/// Invokes the function at `url` with `event` and returns the records it reported; blocking,
+/// so run it on a thread of its own.
 fn invoke(url: &str, event: &KinesisEvent) -> Vec<String> {
-    let body = serde_json::to_vec(event).unwrap();
-    let (status, answer) = http::request("POST", url, &body).expect("the invoke API answers");
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(status, 200, "{answer}");
-    answer["batchItemFailures"]
+    watch::invoke(url, event)["batchItemFailures"]
         .as_array()
         .expect("a partial batch response")
         .iter()
@@ -175,17 +105,22 @@ async fn concurrent_invocations_in_one_process_exclude_one_shard_and_let_others_
     .await;
     // Shard 0 split, empty: its children wait for it until the gate finds it exhausted.
     stream.split(PARENT).await;
-    let function = Function::start(&[
-        ("LEASE_TABLE", &leases),
-        ("LEDGER_TABLE", &ledger),
-        ("AWS_ENDPOINT_URL_DYNAMODB", &moto.endpoint),
-        ("AWS_ENDPOINT_URL_KINESIS", &kinesis.endpoint),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", "test"),
-        ("AWS_SECRET_ACCESS_KEY", "test"),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-        ("AWS_LAMBDA_MAX_CONCURRENCY", "4"),
-    ]);
+    let function = Watched::start(
+        Path::new(env!("CARGO_BIN_EXE_ledger")),
+        "ledger",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-managed-instances.log"),
+        &[
+            ("LEASE_TABLE", &leases),
+            ("LEDGER_TABLE", &ledger),
+            ("AWS_ENDPOINT_URL_DYNAMODB", &moto.endpoint),
+            ("AWS_ENDPOINT_URL_KINESIS", &kinesis.endpoint),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_LAMBDA_MAX_CONCURRENCY", "4"),
+        ],
+    );
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
 
     // A: shard 1, whose first record takes 5 s; B: the same batch delivered again meanwhile;
@@ -205,7 +140,7 @@ async fn concurrent_invocations_in_one_process_exclude_one_shard_and_let_others_
             .map(|i| json!({"order_id": format!("M-{i}"), "amount_cents": i}))
             .collect::<Vec<_>>(),
     );
-    let url = function.url.clone();
+    let url = function.url().to_owned();
     let first = {
         let (url, slow) = (url.clone(), slow.clone());
         std::thread::spawn(move || invoke(&url, &slow))
@@ -319,14 +254,14 @@ async fn check_tables(dynamodb: &aws_sdk_dynamodb::Client, leases: &str, ledger:
     );
 }
 
-fn check_metric_lines(function: &Function) {
+fn check_metric_lines(function: &Watched) {
     // One metric line per invocation, each with its own counts and its own requests, none of
     // the others': the turned-away delivery 2 (its claim, and the mark of the batch it turned
     // away, `contended`); shard 2 3 (claim, the look for a
     // legacy row a shard without checkpoint gets, checkpoint: the gate knew the parent finished,
     // from its cache, or it would have read the parent's row); shard 1 6 (claim, legacy look,
     // the parent's row and its legacy look, marking it SHARD_END, checkpoint).
-    let mut lines = function.metric_lines();
+    let mut lines = metric_lines(function);
     lines.sort_by_key(|line| line["DynamoDBRequests"].as_u64());
     let summary: Vec<(u64, u64, u64, u64, u64, usize)> = lines
         .iter()

@@ -14,13 +14,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::BufRead;
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::moto::{Moto, create_lease_table, create_queue, create_table, python, unique};
+use common::moto::{Moto, create_lease_table, create_queue, create_table, unique};
+use common::watch::Watched;
 use common::{event, lambda_record, root};
 use serde_json::{Value, json};
 
@@ -64,83 +63,6 @@ fn build_alone() -> (PathBuf, Vec<String>) {
         executable.expect("cargo names the ledger executable"),
         features.expect("cargo names the library's features"),
     )
-}
-
-/// `cargo lambda watch --only-lambda-apis` and the function polling it; both stopped on drop.
-struct Local {
-    children: Vec<Child>,
-    url: String,
-}
-
-impl Local {
-    fn start(binary: &PathBuf, env: &[(&str, &str)]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(root().join("target/ledger-alone.log")).unwrap();
-        let cargo_lambda = std::env::var_os("CARGO_LAMBDA")
-            .map_or_else(|| python().with_file_name("cargo-lambda"), PathBuf::from);
-        let runtime_api = Command::new(cargo_lambda)
-            .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
-            .args(["-P", &port.to_string()])
-            .current_dir(root().join("functions/ledger"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log.try_clone().unwrap())
-            .spawn()
-            .expect("cargo lambda starts; run `make test`, which installs it");
-        let mut local = Self {
-            children: vec![runtime_api],
-            url: format!("http://127.0.0.1:{port}/2015-03-31/functions/_/invocations"),
-        };
-        let deadline = Instant::now() + Duration::from_mins(1);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let exited = local.children[0].try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "cargo lambda watch did not listen ({exited:?}); see target/ledger-alone.log"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let function = Command::new(binary)
-            .env(
-                "AWS_LAMBDA_RUNTIME_API",
-                format!("http://127.0.0.1:{port}/.rt"),
-            )
-            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the ledger binary starts");
-        local.children.push(function);
-        local
-    }
-
-    fn invoke(&self, event: &Value) -> Value {
-        let body = serde_json::to_vec(event).unwrap();
-        let (status, answer) =
-            common::http::request("POST", &self.url, &body).expect("the invoke API answers");
-        let answer: Value = serde_json::from_slice(&answer).unwrap_or_else(|_| {
-            panic!("{status}: {}", String::from_utf8_lossy(&answer));
-        });
-        assert_eq!(status, 200, "{answer}");
-        answer
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().rev() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn s(item: &HashMap<String, AttributeValue>, name: &str) -> String {
@@ -232,7 +154,7 @@ async fn the_ledger_built_alone_applies_the_sub_records_of_a_kpl_aggregate() {
             ("AWS_EC2_METADATA_DISABLED", "true"),
             ("STARTING_POSITION", "TRIM_HORIZON"),
         ];
-        let local = Local::start(&binary, &env);
+        let local = Watched::start(&binary, "_", root().join("target/ledger-alone.log"), &env);
         // Delivered twice, as after a time-out: the second time changes nothing.
         let answers = [local.invoke(&batch), local.invoke(&batch)];
         drop(local);
