@@ -883,3 +883,69 @@ async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_b
     );
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5]);
 }
+
+/// A shard that merely lags (a slow handler, nothing failing) reports nothing, so when the
+/// mapping drops its oldest records for `MaximumRecordAgeInSeconds` no row remembers them. The
+/// batch that comes next starts with a record nearly as old as the limit: the processor, told
+/// the mapping's limit through its gate, reads from the checkpoint up to that batch and runs
+/// what it finds first. On virtual time: the records are written ten milliseconds apart, the
+/// handler takes thirty milliseconds a record for the first sixty, and nothing waits really.
+#[tokio::test(start_paused = true)]
+async fn a_lagging_shard_whose_oldest_records_age_out_unreported_has_them_read_back_and_run() {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    use kinesis_checkpoint::local::{DiscardReason, EventSource, Mapping, MemoryStream};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..200 {
+        orders(&stream, n..n + 1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let seen = seen.clone();
+            async move {
+                let n = record.json::<Value>().unwrap()["n"].as_u64().unwrap();
+                if n < 60 {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                seen.0.lock().unwrap().push(n);
+                Outcome::ack()
+            }
+        }
+    };
+    let limit = Duration::from_secs(3);
+    let processor = Processor::new(
+        Arc::new(MemoryLeaseStore::with_clock(clock.clone())),
+        handler,
+    )
+    .clock(clock.clone())
+    .gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .clock(clock.clone())
+            .maximum_record_age(limit),
+    );
+    let mapping = Mapping::default()
+        .batch_size(10)
+        .maximum_record_age(Some(limit))
+        .seed(3);
+    let report = EventSource::new(stream, mapping)
+        .clock(clock)
+        .run(Arc::new(processor))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .discarded
+            .iter()
+            .any(|d| d.reason == DiscardReason::TooOld),
+        "the mapping dropped records too old: {:?}",
+        report.discarded
+    );
+    assert_eq!(
+        report.partial_failures, 0,
+        "nothing failed, nothing was reported"
+    );
+    assert_all_once_in_order(seen.all(), 200, 9, report.discarded.len());
+}

@@ -12,7 +12,7 @@ use super::ordered::Dispatched;
 use super::settings::Settings;
 use crate::gap::{
     CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
-    detect,
+    detect, suspected,
 };
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
@@ -54,11 +54,15 @@ pub(crate) async fn recover<H>(
         cut: None,
         gap,
     };
-    let Some(range) = entries
+    let proven = entries
         .first()
-        .and_then(|first| detect(state, checkpoint, &first.position()))
-    else {
-        return Ok(unchanged(entries, None));
+        .and_then(|first| detect(state, checkpoint, &first.position()));
+    let (range, suspicion) = match proven {
+        Some(range) => (range, false),
+        None => match aged(settings, checkpoint, entries.first(), invocation) {
+            Some(range) => (range, true),
+            None => return Ok(unchanged(entries, None)),
+        },
     };
     let Some(gate) = settings.gate.as_deref() else {
         lost(
@@ -101,12 +105,38 @@ pub(crate) async fn recover<H>(
             return Err(Box::new((entries, gap, reason)));
         }
     };
+    if suspicion && complete && records.is_empty() {
+        // Nothing was dropped after all: the batch follows its checkpoint.
+        return Ok(unchanged(entries, None));
+    }
     prepend(
         settings,
         key,
         range,
         RangeRead { records, complete },
         entries,
+    )
+}
+
+/// The range before the batch's `first` entry that the mapping may have dropped for its age
+/// (see [`suspected`]): only with a gate that knows the mapping's record age limit.
+fn aged<H>(
+    settings: &Settings<H>,
+    checkpoint: Option<&Position>,
+    first: Option<&Entry>,
+    invocation: &Invocation,
+) -> Option<SkippedRange> {
+    let (limit, from_start) = settings.gate.as_deref()?.record_age()?;
+    let Some(Entry::Record(record)) = first else {
+        return None;
+    };
+    let arrival = crate::clock::millis_since_epoch(record.arrival());
+    let age = invocation.now().saturating_sub(arrival);
+    suspected(
+        checkpoint,
+        &record.position(),
+        (age, crate::store::memory::millis(limit)),
+        from_start,
     )
 }
 
