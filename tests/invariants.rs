@@ -15,10 +15,12 @@
 //!    `ParallelizationFactor` above 1, per key Kinesis routed by: a KPL aggregate's own);
 //! 4. no record of a child shard is handled before every record of its parents.
 //!
-//! `INVARIANT_SCENARIOS` (default 1,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
-//! a failing one prints its settings and the command that replays it. Timing varies (scenarios
-//! share one thread, and leases and deadlines run on the wall clock), so a replay may pass: a
-//! failing scenario also leaves its trace (every delivery, handling, report and store write, in
+//! `INVARIANT_SCENARIOS` (default 10,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
+//! a failing one prints its settings and the command that replays it. Each scenario runs alone
+//! on a runtime whose time is paused, with one virtual clock for the store, the stream, the
+//! event source and every processor: its waits take no real time, and a replay runs exactly as
+//! the failing run did, on any machine under any load (two runs of a seed write the same trace,
+//! byte for byte). A failing scenario also leaves its trace (every delivery, handling, report and store write, in
 //! order) in `target/invariant-traces/`, and prints its end; `INVARIANT_TRACE=1` leaves every
 //! scenario's. `make soak` runs 20,000.
 //!
@@ -38,8 +40,10 @@
 //! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
 //!   one record at a time): the trait's defaults do the rest, and the duplicates they state
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
-//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`; the stream
-//!   then goes on (one more record per shard, delivered as the batch after everything), and
+//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`, and half
+//!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written over
+//!   time, which a lagging shard drops unreported and the gate, told the limit, suspects; the
+//!   stream then goes on (one more record per shard, delivered as the batch after everything), and
 //!   gap recovery must bring every discarded record back;
 //! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
 //!   record at a time): between invocations it takes a shard over with the seed's five methods,
@@ -47,8 +51,7 @@
 //!
 //! Not drawn together, each an open limitation written in the README: discards with resharding
 //! (a closed parent's discarded tail), with concurrent deliveries (a stray holding the lease), with
-//! a record age (a lagging shard reports nothing), with refused claims (nothing written), with a
-//! five-method store or beside a seed consumer (neither keeps `reported`).
+//! refused claims (nothing written), with a five-method store or beside a seed consumer (neither keeps `reported`).
 //!
 //! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
 //! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
@@ -87,7 +90,7 @@ use kinesis_checkpoint::clock::{Clock, TokioClock};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
-    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
+    DiscardReason, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
 use kinesis_checkpoint::{
     BoxFuture, CheckpointStore, DeadLetter, DeadLetterError, DeadLetterSink, Disposition,
@@ -227,6 +230,8 @@ struct Harness {
     deadline_margin: Duration,
     max_attempts: u32,
     seed_methods_only: bool,
+    /// The mapping's record age limit, which each invocation's gate is told.
+    record_age: Option<Duration>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     /// Each invocation's clock is off by up to this much (milliseconds): within the
@@ -316,10 +321,15 @@ impl Function for Harness {
                 self.store.clone()
             };
             let clock = self.shared.clock.clone();
+            let mut gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
+                .clock(clock.clone());
+            if let Some(age) = self.record_age {
+                gate = gate.maximum_record_age(age);
+            }
             let processor = Processor::new(store, handler)
-                .clock(clock.clone())
+                .clock(clock)
                 .dead_letters(sink)
-                .gate(Gate::new(self.topology.clone(), StartingPosition::TrimHorizon).clock(clock))
+                .gate(gate)
                 .mode(self.mode)
                 .concurrency(self.in_flight)
                 .lease_ttl(Duration::from_millis(150))
@@ -489,6 +499,9 @@ struct Scenario {
     /// The mapping gives up on records (finite retries, a record age): gap recovery must
     /// bring every one of them back.
     discards: bool,
+    /// The mapping's `MaximumRecordAgeInSeconds`, which its gate is told too (in some
+    /// discard scenarios): records are then written [`ARRIVAL_SPACING`] apart.
+    record_age: Option<Duration>,
     /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
     /// nothing of the records done above a checkpoint under per-key concurrency).
     seed_consumer: bool,
@@ -543,12 +556,15 @@ impl Scenario {
             mapping
                 .concurrent_deliveries(0.0)
                 .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
-                // A record age only on a shard stuck on a reported record: a shard that merely
-                // lags has reported nothing, and a record it drops for age is not found (open).
-                .maximum_record_age(None)
         } else {
             mapping
         };
+        // Half of them with a record age too, of 0.15 to 0.8 s on records written 5 ms apart (up
+        // to 0.4 s): a shard that lags (slow handlers, retries, deaths) drops its oldest
+        // records unreported, and the gate, told the limit, must suspect and read them.
+        let record_age = (discards && discard_rng.chance(0.5))
+            .then(|| Duration::from_millis(discard_rng.within(150..800)));
+        let mapping = mapping.maximum_record_age(record_age);
         let chaotic = rng.chance(0.5);
         let in_flight = [1, 1, 4, 16][rng.below(4) as usize];
         // A five-method store keeps no failing record and no records done above the checkpoint
@@ -584,6 +600,7 @@ impl Scenario {
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
             discards,
+            record_age,
             // Not beside discards: a consumer that knows nothing of `reported` checkpoints past
             // it, and the records between its checkpoint and a batch after a discard are then
             // not found (open).
@@ -605,7 +622,7 @@ impl Scenario {
 
     /// Writes the stream: records of `keys` keys, with a split and maybe a merge on the way,
     /// some of them packed into KPL aggregates (and then the split shard's last record is one).
-    fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
+    async fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
         let stream = MemoryStream::new("orders", self.shards).clock(clock);
         let mut written = Written::default();
         let reshard = !self.discards;
@@ -639,6 +656,10 @@ impl Scenario {
             };
             self.put(&stream, &mut written, rng, &key, n, count);
             n += count.max(1);
+            if self.record_age.is_some() {
+                // Written over time, so that records age one after another.
+                tokio::time::sleep(ARRIVAL_SPACING).await;
+            }
         }
         written.stream = Some(stream);
         written
@@ -800,13 +821,19 @@ async fn later_batches(
         .unwrap();
         let sequence = stream.put(&key, payload.clone());
         written.faults.insert(sequence.clone(), Fault::None);
+        // Arrived with the first records, or, beside a record age, as the first record a
+        // mapping delivers after dropping some for their age arrives in a stream written on:
+        // nearly as old as the limit.
+        let arrival_millis = scenario.record_age.map_or(VIRTUAL_EPOCH_MILLIS, |age| {
+            harness.shared.clock.now_millis() - age.as_millis() as u64 * 9 / 10
+        });
         let record = serde_json::json!({
             "kinesis": {
                 "kinesisSchemaVersion": "1.0",
                 "partitionKey": key,
                 "sequenceNumber": sequence,
                 "data": base64::engine::general_purpose::STANDARD.encode(&payload),
-                "approximateArrivalTimestamp": 1_764_512_345.0,
+                "approximateArrivalTimestamp": arrival_millis as f64 / 1_000.0,
             },
             "eventSource": "aws:kinesis",
             "eventVersion": "1.0",
@@ -842,6 +869,8 @@ struct Counts {
     reruns_by_seed_consumer: u64,
     dead_lettered: u64,
     discarded: u64,
+    /// Of `discarded`, those dropped for their age.
+    aged_out: u64,
     recovered: u64,
     takeovers: u64,
     faults: [u64; 4],
@@ -854,7 +883,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     // jumps to the next timer when all of them wait.
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(VIRTUAL_EPOCH_MILLIS));
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
-    let mut written = scenario.stream(&mut rng, clock.clone());
+    let mut written = scenario.stream(&mut rng, clock.clone()).await;
     let stream = written.stream.clone().expect("written");
     {
         let mut trace = trace.lock().unwrap();
@@ -922,6 +951,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deadline_margin: Duration::from_millis(50),
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
+        record_age: scenario.record_age,
         skew_ms: scenario.skew_ms,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
@@ -964,6 +994,11 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         timeouts: report.timed_out.len() as u64,
         faults: *chaos.layer().injected.lock().unwrap(),
         discarded: report.discarded.len() as u64,
+        aged_out: report
+            .discarded
+            .iter()
+            .filter(|d| d.reason == DiscardReason::TooOld)
+            .count() as u64,
         recovered: journal.recovered,
         takeovers: journal.takeovers,
         letters,
@@ -1092,6 +1127,9 @@ fn write_trace(seed: u64, trace: &[String]) {
     )
     .unwrap();
 }
+
+/// How far apart a record-age scenario's records are written.
+const ARRIVAL_SPACING: Duration = Duration::from_millis(5);
 
 /// Where every scenario's virtual clock starts: 2025-11-30T14:19:05Z, so times look real.
 const VIRTUAL_EPOCH_MILLIS: u64 = 1_764_512_345_000;
@@ -1245,6 +1283,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                     counts.duplicates_after_failed_checkpoint;
                 totals.reruns_by_seed_consumer += counts.reruns_by_seed_consumer;
                 totals.discarded += counts.discarded;
+                totals.aged_out += counts.aged_out;
                 totals.recovered += counts.recovered;
                 totals.takeovers += counts.takeovers;
                 totals.dead_lettered += counts.dead_lettered;
@@ -1279,8 +1318,8 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over",
-        totals.discarded, totals.recovered, totals.takeovers
+        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery; a seed consumer took {} shards over",
+        totals.discarded, totals.aged_out, totals.recovered, totals.takeovers
     );
     assert!(
         count < 100 || totals.deaths > 0,
