@@ -833,7 +833,7 @@ async fn later_batches(
                 "partitionKey": key,
                 "sequenceNumber": sequence,
                 "data": base64::engine::general_purpose::STANDARD.encode(&payload),
-                "approximateArrivalTimestamp": arrival_millis as f64 / 1_000.0,
+                "approximateArrivalTimestamp": Duration::from_millis(arrival_millis).as_secs_f64(),
             },
             "eventSource": "aws:kinesis",
             "eventVersion": "1.0",

@@ -233,10 +233,10 @@ pub(crate) fn suspected(
             sub_sequence: None,
         }) => ReadFrom::After(sequence.clone()),
         Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
-        Some(Position::ShardEnd) => return None,
         None if from_start => ReadFrom::TrimHorizon,
-        // A `LATEST` mapping never checkpointed: nothing says where it started.
-        None => return None,
+        // A finished shard; or a `LATEST` mapping never checkpointed: nothing says where it
+        // started.
+        Some(Position::ShardEnd) | None => return None,
     };
     Some(SkippedRange {
         from,

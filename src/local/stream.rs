@@ -207,13 +207,12 @@ impl MemoryStream {
         let mut state = self.lock();
         let sequence = format!("49{:054}", state.next_sequence);
         state.next_sequence += 1;
-        let arrival_millis = match &self.clock {
-            // Records written in one millisecond share an arrival time, as on Kinesis.
-            Some(clock) => clock.now_millis(),
-            None => {
-                state.clock_millis += 1;
-                state.clock_millis
-            }
+        // On a clock, records written in one millisecond share an arrival time, as on Kinesis.
+        let arrival_millis = if let Some(clock) = &self.clock {
+            clock.now_millis()
+        } else {
+            state.clock_millis += 1;
+            state.clock_millis
         };
         let shard = state
             .shards
