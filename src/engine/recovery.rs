@@ -11,8 +11,8 @@ use super::invocation::Invocation;
 use super::ordered::Dispatched;
 use super::settings::Settings;
 use crate::gap::{
-    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
-    detect, suspected,
+    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, ReadFrom,
+    SkippedRange, detect, suspected,
 };
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
@@ -57,12 +57,16 @@ pub(crate) async fn recover<H>(
     let proven = entries
         .first()
         .and_then(|first| detect(state, checkpoint, &first.position()));
-    let (range, suspicion) = match proven {
-        Some(range) => (range, false),
-        None => match aged(settings, checkpoint, entries.first(), invocation) {
-            Some(range) => (range, true),
-            None => return Ok(unchanged(entries, None)),
-        },
+    let (range, suspicion) = match (
+        proven,
+        aged(settings, checkpoint, entries.first(), invocation),
+    ) {
+        // Never checkpointed: the reported record is the first the mapping delivered, and the
+        // mapping may have dropped older ones for their age before delivering anything.
+        (Some(_), Some(aged)) if aged.from == ReadFrom::TrimHorizon => (aged, false),
+        (Some(range), _) => (range, false),
+        (None, Some(range)) => (range, true),
+        (None, None) => return Ok(unchanged(entries, None)),
     };
     let Some(gate) = settings.gate.as_deref() else {
         lost(
