@@ -861,7 +861,7 @@ async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_b
         turned_away.shards[0].stopped,
         Some((_, StopReason::LeaseHeld { .. }))
     ));
-    let row = store.read(&key).await.unwrap();
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
     assert_eq!(
         row.contended.map(|p| p.to_string()),
         Some(stream.records(SHARD)[2].sequence.clone()),
@@ -948,4 +948,214 @@ async fn a_lagging_shard_whose_oldest_records_age_out_unreported_has_them_read_b
         "nothing failed, nothing was reported"
     );
     assert_all_once_in_order(seen.all(), 200, 9, report.discarded.len());
+}
+
+#[tokio::test]
+async fn a_batch_whose_claim_the_store_refused_and_the_mapping_gave_up_on_is_recovered_by_the_next()
+{
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..6);
+    let store = Arc::new(common::faults::faulty(Arc::new(MemoryLeaseStore::new())));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // Every claim of records 2 and 3 is throttled (its mark of the batch never lands), until
+    // the mapping gives up on them.
+    store.layer().claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused.shards[0].stopped,
+        Some((_, StopReason::Store(_)))
+    ));
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[2].sequence.clone()),
+        "the batch whose claim was refused is remembered by a write after it"
+    );
+    store.layer().claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
+    assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
+}
+
+#[tokio::test]
+async fn records_after_a_seed_consumers_checkpoint_past_the_reported_record_are_recovered_when_the_mapping_gave_up_on_them()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..8);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[2])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let reported = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..4),
+            &context("first", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(reported.shards[0].stopped.is_some(), "record 2 is reported");
+    // A seed-crate consumer takes the shard over, runs records 2 and 3 and checkpoints 3 with
+    // the seed's methods, knowing nothing of `reported`.
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    seen.0.lock().unwrap().extend([2, 3]);
+    let third = stream.records(SHARD)[3].sequence.clone();
+    assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
+    store.release(&key, "seed").await.unwrap();
+    // Meanwhile the mapping gave up on records 2 to 5; its next batch starts at 6.
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_turned_away_after_a_seed_consumer_did_part_of_it_is_remembered_above_its_checkpoint()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..8);
+    let store = Arc::new(common::faults::faulty(Arc::new(MemoryLeaseStore::new())));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // A seed-crate consumer runs records 2 and 3 and checkpoints 3.
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    seen.0.lock().unwrap().extend([2, 3]);
+    let third = stream.records(SHARD)[3].sequence.clone();
+    assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
+    store.release(&key, "seed").await.unwrap();
+    // The mapping's batch of records 2 to 5 finds its claim refused, until it gives up on it.
+    store.layer().claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..6),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(refused.shards[0].stopped.is_some());
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[4].sequence.clone()),
+        "the batch's first record not done is remembered, not one below the checkpoint"
+    );
+    store.layer().claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}
+
+/// Under a `TRIM_HORIZON` mapping with a record age, a shard's first delivery may come after
+/// the mapping dropped its oldest records for their age: the record the row marks (here the
+/// batch whose claim was refused, `contended`) is then not where the shard starts. A gap the
+/// mark proves on a shard never checkpointed is read from the shard's start.
+#[tokio::test(start_paused = true)]
+async fn a_shard_whose_first_records_aged_out_before_its_first_delivery_has_them_read_from_its_start()
+ {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    orders(&stream, 0..6);
+    let memory = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let store = Arc::new(common::faults::faulty(memory));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[]))
+        .clock(clock.clone())
+        .gate(
+            Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+                .clock(clock)
+                .maximum_record_age(Duration::from_secs(60)),
+        );
+    // Records 0 and 1 were dropped for their age before the mapping delivered anything; every
+    // claim of its first delivery (2 and 3) is throttled, until it gives up on them too.
+    store.layer().claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused.shards[0].stopped,
+        Some((_, StopReason::Store(_)))
+    ));
+    store.layer().claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
+    assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
 }

@@ -41,17 +41,26 @@
 //!   one record at a time): the trait's defaults do the rest, and the duplicates they state
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
 //! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`, and half
-//!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written over
-//!   time, which a lagging shard drops unreported and the gate, told the limit, suspects; the
-//!   stream then goes on (one more record per shard, delivered as the batch after everything), and
-//!   gap recovery must bring every discarded record back;
+//!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written
+//!   over time, which a lagging shard drops unreported and the gate, told the limit, suspects;
+//!   the stream then goes on (one more record per shard, delivered as the batch after
+//!   everything), and gap recovery must bring every discarded record back; with stray
+//!   concurrent deliveries, throttled claims (a throttle refuses one request: the two calls
+//!   after a refused claim on its row are answered) and a seed consumer drawn as in any scenario;
 //! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
 //!   record at a time): between invocations it takes a shard over with the seed's five methods,
-//!   handles records after `checkpoint` and checkpoints them whole (`seed_consumer.rs`).
+//!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
+//!   aggregate the toolkit stopped in and sometimes stopping inside one itself
+//!   (`seed_consumer.rs`);
+//! - clock skew (30 % of shard-mode scenarios): each invocation's clock off by up to ±1 s, the
+//!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
+//!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
+//!   delivery runs its batch (`skew.rs`).
 //!
 //! Not drawn together, each an open limitation written in the README: discards with resharding
-//! (a closed parent's discarded tail), with concurrent deliveries (a stray holding the lease), with
-//! refused claims (nothing written), with a five-method store or beside a seed consumer (neither keeps `reported`).
+//! (a closed parent's discarded tail holds its children), with a five-method store (it keeps neither `reported` nor `contended`), with
+//! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
+//! seed consumer's checkpoint inside them passes).
 //!
 //! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
 //! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
@@ -168,6 +177,12 @@ struct Journal {
     recovered: u64,
     /// Shards a seed-crate consumer took over.
     takeovers: u64,
+    /// Invocations frozen past their stored lease while a rival ran their batch.
+    pauses: u64,
+    /// A seed consumer took a shard over that the toolkit had stopped inside an aggregate.
+    handoffs_into_aggregate: u64,
+    /// A seed consumer stopped inside an aggregate (before its checkpoint), left to the toolkit.
+    handoffs_out_of_aggregate: u64,
     /// Healthy slow records started with at least half of their invocation's time: a starved
     /// machine may still cut one then, and the processor rightly counts that attempt.
     fair_starts: HashSet<(String, String)>,
@@ -234,9 +249,14 @@ struct Harness {
     record_age: Option<Duration>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
-    /// Each invocation's clock is off by up to this much (milliseconds): within the
-    /// processor's default margin, which caps at a third of the lease's TTL.
+    /// Each invocation's clock is off by up to this much (milliseconds): the processor's
+    /// `clock_skew` margin, which caps at a third of the lease's TTL.
     skew_ms: u64,
+    /// The lease's TTL: 150 ms, or three times the skew (the least that gives the margin whole).
+    lease_ttl: Duration,
+    /// Invocations may pause (a frozen sandbox) past their stored lease while a rival takes the
+    /// batch (`skew::Pause`).
+    pauses: bool,
     rng: Mutex<Rng>,
 }
 
@@ -248,19 +268,20 @@ impl Function for Harness {
     ) -> BoxFuture<'_, Result<KinesisEventResponse, InvocationError>> {
         Box::pin(async move {
             let invocation = context.request_id.clone();
+            let event_shard = event.records.first().and_then(|record| {
+                record
+                    .event_id
+                    .as_deref()?
+                    .split_once(':')
+                    .map(|(shard, _)| shard.to_owned())
+            });
             if let Some(knowledge) = &self.seed_consumer {
-                let records = {
+                let (records, stop_inside) = {
                     let mut rng = self.rng.lock().unwrap();
-                    rng.chance(0.2).then(|| rng.within(1..4) as usize)
+                    let records = rng.chance(0.2).then(|| rng.within(1..4) as usize);
+                    (records, rng.chance(0.3))
                 };
-                let shard = event.records.first().and_then(|record| {
-                    record
-                        .event_id
-                        .as_deref()?
-                        .split_once(':')
-                        .map(|(shard, _)| shard.to_owned())
-                });
-                if let (Some(records), Some(shard)) = (records, shard) {
+                if let (Some(records), Some(shard)) = (records, event_shard.clone()) {
                     let owner = format!("seed-{invocation}");
                     seed_consumer::take_over(
                         self.seed.as_ref(),
@@ -268,11 +289,37 @@ impl Function for Harness {
                         knowledge,
                         &self.shared,
                         (&shard, &owner),
-                        records,
+                        (records, stop_inside),
                     )
                     .await;
                 }
             }
+            // A sandbox that freezes after its first record, its clock the furthest behind: its
+            // stored lease lapses a whole margin before its own view of it would without one.
+            let pausing = self.pauses
+                && event.records.len() > 1
+                && !invocation.starts_with("rival-")
+                && self.rng.lock().unwrap().chance(0.3);
+            let skewed = (self.skew_ms > 0).then(|| {
+                let spread = self.rng.lock().unwrap().within(0..2 * self.skew_ms + 1);
+                let skew = i64::try_from(self.skew_ms).unwrap();
+                let offset_ms = if pausing {
+                    -skew
+                } else {
+                    i64::try_from(spread).unwrap() - skew
+                };
+                self.shared
+                    .note(format!("{invocation}'s clock is off by {offset_ms} ms"));
+                Arc::new(skew::skewed(self.store.clone(), offset_ms))
+            });
+            let pause = skewed
+                .as_ref()
+                .filter(|_| pausing)
+                .map(|skewed| Arc::new(skew::Pause::new(skewed.clone())));
+            let store: Arc<dyn CheckpointStore> = match &skewed {
+                Some(skewed) => skewed.clone(),
+                None => self.store.clone(),
+            };
             let death = Arc::new(Notify::new());
             // The handling after which this invocation dies, if it does.
             let dies_after = {
@@ -282,26 +329,73 @@ impl Function for Harness {
             };
             let handled = Arc::new(AtomicU64::new(0));
             let deadline = context.deadline;
+            let started = self.shared.clock.now_millis();
             let handler = {
-                let (shared, invocation, death) =
-                    (self.shared.clone(), invocation.clone(), death.clone());
+                let (shared, invocation, death, pause) = (
+                    self.shared.clone(),
+                    invocation.clone(),
+                    death.clone(),
+                    pause.clone(),
+                );
                 move |record: Record| {
-                    let (shared, invocation, death, handled) = (
+                    let (shared, invocation, death, handled, pause) = (
                         shared.clone(),
                         invocation.clone(),
                         death.clone(),
                         handled.clone(),
+                        pause.clone(),
                     );
                     async move {
                         handle(
                             record,
                             &shared,
-                            (&invocation, deadline),
-                            &death,
+                            (&invocation, deadline, started),
+                            (&death, pause.as_deref()),
                             &handled,
                             dies_after,
                         )
                         .await
+                    }
+                }
+            };
+            // While this invocation is frozen, a rival sandbox takes the batch once the stored
+            // lease lapses: a concurrent delivery that came late.
+            // It runs to its end even when this invocation is over first (it is another sandbox).
+            let finished = Notify::new();
+            let rival = {
+                let (event, invocation) = (event.clone(), invocation.clone());
+                let (pause, shard, finished) = (pause.clone(), event_shard.clone(), &finished);
+                async move {
+                    if let (Some(pause), Some(shard)) = (pause, shard) {
+                        tokio::select! {
+                            biased;
+                            () = pause.begin.notified() => {}
+                            () = finished.notified() => return,
+                        }
+                        let key = kinesis_checkpoint::LeaseKey::new("orders", shard.as_str());
+                        for _ in 0..500 {
+                            let now = self.shared.clock.now_millis();
+                            let row = self.store.read(&key).await;
+                            if row.is_ok_and(|row| row.lease_expiry.is_none_or(|e| e < now)) {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        let rival = format!("rival-{invocation}");
+                        self.shared.note(format!(
+                            "{invocation} is frozen past its stored lease; {rival} takes the batch"
+                        ));
+                        self.shared.journal.lock().unwrap().pauses += 1;
+                        // The same deadline: Lambda stops this invocation at it, the rival with it.
+                        let mut context = common::context(&rival, 0);
+                        context.deadline = deadline;
+                        let mut cut = Cut {
+                            shared: &self.shared,
+                            invocation: Some(rival),
+                        };
+                        let _ = self.invoke(event, context).await;
+                        cut.invocation = None;
+                        pause.done.notify_one();
                     }
                 }
             };
@@ -310,16 +404,6 @@ impl Function for Harness {
                 shared: self.shared.clone(),
                 invocation: invocation.clone(),
             });
-            let store: Arc<dyn CheckpointStore> = if self.skew_ms > 0 {
-                let spread = self.rng.lock().unwrap().within(0..2 * self.skew_ms + 1);
-                let offset_ms =
-                    i64::try_from(spread).unwrap() - i64::try_from(self.skew_ms).unwrap();
-                self.shared
-                    .note(format!("{invocation}'s clock is off by {offset_ms} ms"));
-                Arc::new(skew::skewed(self.store.clone(), offset_ms))
-            } else {
-                self.store.clone()
-            };
             let clock = self.shared.clock.clone();
             let mut gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
                 .clock(clock.clone());
@@ -332,62 +416,85 @@ impl Function for Harness {
                 .gate(gate)
                 .mode(self.mode)
                 .concurrency(self.in_flight)
-                .lease_ttl(Duration::from_millis(150))
+                .lease_ttl(self.lease_ttl)
+                .clock_skew(Duration::from_millis(self.skew_ms))
                 .max_attempts(self.max_attempts)
                 .deadline_margin(self.deadline_margin);
-            tokio::select! {
-                biased;
-                () = death.notified() => {
-                    self.shared.note(format!("{invocation} dies"));
-                    self.shared.journal.lock().unwrap().died.insert(invocation.clone());
-                    Err(InvocationError::Function(format!("{invocation} died (injected)")))
-                }
-                report = processor.process_batch(event, &context) => {
-                    let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
-                    for shard in &report.shards {
-                        let records: Vec<String> = shard
-                            .records
-                            .iter()
-                            .map(|r| format!("{}={:?}", &r.position.to_string()[52..], r.disposition))
-                            .collect();
-                        self.shared.note(format!(
-                            "{invocation} reports {}: stopped {:?}, {records:?}",
-                            shard.key, shard.stopped
-                        ));
+            let this = async {
+                let outcome = tokio::select! {
+                    biased;
+                    () = death.notified() => {
+                        self.shared.note(format!("{invocation} dies"));
+                        self.shared.journal.lock().unwrap().died.insert(invocation.clone());
+                        Err(InvocationError::Function(format!("{invocation} died (injected)")))
                     }
-                    let mut journal = self.shared.journal.lock().unwrap();
-                    for shard in &report.shards {
-                        // A checkpoint that did not land (refused, failed, or the lease lost on
-                        // the way) leaves every record this invocation handled to be handled
-                        // again, the reported one and dead-lettered ones included.
-                        let lost = shard.stopped.as_ref().is_some_and(|(_, reason)| {
-                            reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::StopReason::Fenced
-                        }) || shard.count(Disposition::Uncheckpointed) > 0;
-                        // A store with the seed's five methods cannot record progress inside an
-                        // aggregate (the trait's stated weaker guarantee): the sub-records done
-                        // before a stop inside one run again.
-                        let stopped_inside = shard
-                            .stopped
-                            .as_ref()
-                            .filter(|_| self.seed_methods_only)
-                            .map(|(sequence, _)| format!("{sequence}/"));
-                        // Records the mapping skipped and this invocation recovered count too.
-                        journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
-                        let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
-                        for record in recovered.chain(&shard.records) {
-                            let position = record.position.to_string();
-                            let unrecorded = stopped_inside
-                                .as_deref()
-                                .is_some_and(|inside| position.starts_with(inside));
-                            if lost || unrecorded || record.disposition == Disposition::Uncheckpointed {
-                                journal.uncheckpointed.insert((invocation.clone(), position));
+                    report = processor.process_batch(event, &context) => {
+                        let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
+                        for shard in &report.shards {
+                            let records: Vec<String> = shard
+                                .records
+                                .iter()
+                                .map(|r| format!("{}={:?}", &r.position.to_string()[52..], r.disposition))
+                                .collect();
+                            self.shared.note(format!(
+                                "{invocation} reports {}: stopped {:?}, {records:?}",
+                                shard.key, shard.stopped
+                            ));
+                        }
+                        let mut journal = self.shared.journal.lock().unwrap();
+                        for shard in &report.shards {
+                            // A checkpoint that did not land (refused, failed, or the lease lost on
+                            // the way) leaves every record this invocation handled to be handled
+                            // again, the reported one and dead-lettered ones included.
+                            let lost = shard.stopped.as_ref().is_some_and(|(_, reason)| {
+                                reason.is_checkpoint_failure() || *reason == kinesis_checkpoint::StopReason::Fenced
+                            }) || shard.count(Disposition::Uncheckpointed) > 0;
+                            // A store with the seed's five methods cannot record progress inside an
+                            // aggregate (the trait's stated weaker guarantee): the sub-records done
+                            // before a stop inside one run again.
+                            let stopped_inside = shard
+                                .stopped
+                                .as_ref()
+                                .filter(|_| self.seed_methods_only)
+                                .map(|(sequence, _)| format!("{sequence}/"));
+                            // Records the mapping skipped and this invocation recovered count too.
+                            journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
+                            let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
+                            for record in recovered.chain(&shard.records) {
+                                let position = record.position.to_string();
+                                let unrecorded = stopped_inside
+                                    .as_deref()
+                                    .is_some_and(|inside| position.starts_with(inside));
+                                if lost || unrecorded || record.disposition == Disposition::Uncheckpointed {
+                                    journal.uncheckpointed.insert((invocation.clone(), position));
+                                }
                             }
                         }
+                        Ok(report.response())
                     }
-                    Ok(report.response())
-                }
-            }
+                };
+                finished.notify_one();
+                outcome
+            };
+            tokio::join!(this, rival).0
         })
+    }
+}
+
+/// A rival invocation that has not answered when the invocation it runs beside is stopped:
+/// stopped with it, as a timed-out invocation is.
+struct Cut<'a> {
+    shared: &'a Shared,
+    invocation: Option<String>,
+}
+
+impl Drop for Cut<'_> {
+    fn drop(&mut self) {
+        if let Some(invocation) = self.invocation.take() {
+            self.shared
+                .note(format!("{invocation} is stopped at the deadline"));
+            self.shared.journal.lock().unwrap().died.insert(invocation);
+        }
     }
 }
 
@@ -422,8 +529,8 @@ impl DeadLetterSink for Journaled {
 async fn handle(
     record: Record,
     shared: &Shared,
-    (invocation, deadline): (&str, u64),
-    death: &Notify,
+    (invocation, deadline, started): (&str, u64, u64),
+    (death, pause): (&Notify, Option<&skew::Pause>),
     handled: &AtomicU64,
     dies_after: Option<u64>,
 ) -> Outcome {
@@ -450,8 +557,9 @@ async fn handle(
         }
         Fault::Sluggish => {
             let left = deadline.saturating_sub(shared.clock.now_millis());
-            // Half of the function's 400 ms: the processor's own rule for a fair share.
-            if left >= 200 {
+            // Half of the invocation's time (400 ms; a rival's is what was left when it
+            // started): the processor's own rule for a fair share.
+            if left >= deadline.saturating_sub(started) / 2 {
                 shared
                     .journal
                     .lock()
@@ -464,7 +572,17 @@ async fn handle(
         _ => {}
     }
     shared.handled(&position, invocation, false);
-    if dies_after == Some(handled.fetch_add(1, Ordering::SeqCst) + 1) {
+    let count = handled.fetch_add(1, Ordering::SeqCst) + 1;
+    if let Some(pause) = pause.filter(|_| count == 1) {
+        // Frozen, renewals and all, until the rival has run the batch; thawed in time to
+        // answer before the deadline cuts this handler.
+        let now = shared.clock.now_millis();
+        pause
+            .freeze(Duration::from_millis(deadline.saturating_sub(now + 100)))
+            .await;
+        shared.note(format!("{invocation} thaws"));
+    }
+    if dies_after == Some(count) {
         // The invocation dies after this record's effect and before any checkpoint.
         shared
             .journal
@@ -507,6 +625,8 @@ struct Scenario {
     seed_consumer: bool,
     /// How far apart the invocations' clocks may be (milliseconds; 0: in step).
     skew_ms: u64,
+    /// Skewed invocations may freeze past their stored lease while a rival takes the batch.
+    pauses: bool,
     /// The dead-letter family, when on.
     letters: Option<Letters>,
 }
@@ -546,16 +666,11 @@ impl Scenario {
         // finite retries, as a mapping configured so gives up on records. The
         // shard mode only (the partition-key mode has no gap recovery), and on a stream that
         // does not reshard (a closed parent whose tail the mapping gave up on holds its children
-        // until it expires: not recovered, see the README).
+        // until it expires: not recovered, see the README; the scenarios then fail by the dozen).
         let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
         let discards = !partition_keys && discard_rng.chance(0.3);
         let mapping = if discards {
-            // No concurrent (stray) deliveries: a stray that keeps the lease past its work makes
-            // the mapping's own delivery report a held lease, which the row cannot remember
-            // without owning it; retries exhausted meanwhile, the batch is lost (open).
-            mapping
-                .concurrent_deliveries(0.0)
-                .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
+            mapping.maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
         } else {
             mapping
         };
@@ -572,6 +687,12 @@ impl Scenario {
         // mode, and its scenarios draw no record that only a remembered attempt count ends.
         // Nor can it remember what was reported: a batch the mapping discards goes unnoticed.
         let seed_methods_only = !partition_keys && in_flight == 1 && rng.chance(0.25) && !discards;
+        let skewed = !partition_keys && Rng::new(seed ^ 0x5CE3).chance(SKEW_CHANCE);
+        let pauses = skewed && in_flight == 1 && Rng::new(seed ^ 0x9A05E).chance(0.5);
+        let seed_consumer = !partition_keys
+            && in_flight == 1
+            && !seed_methods_only
+            && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25);
         Self {
             seed,
             shards: rng.within(1..4) as usize,
@@ -583,13 +704,22 @@ impl Scenario {
             death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
-                    // A claim refused outright writes nothing: should the mapping give up on
-                    // every delivery the store refused, no row remembers the batch (open).
-                    throttle: if discards { 0.0 } else { 0.05 },
+                    // A refused claim is remembered by a read and a mark after it (`Chaos`
+                    // answers those): only an outage through all three on every delivery of a
+                    // batch the mapping gives up on loses it (open).
+                    throttle: 0.05,
                     lost_answer: 0.03,
                     latency: 0.1,
                     max_latency: Duration::from_millis(2),
-                    steal: if partition_keys { 0.0 } else { 0.02 },
+                    // Not beside discards and a seed consumer: a lease stolen just after a
+                    // batch done whole turns the next batches away with nothing but a
+                    // `contended` mark, which a seed consumer checkpointing inside them leaves
+                    // below its checkpoint, read as done (open, see the README).
+                    steal: if partition_keys || (discards && seed_consumer) {
+                        0.0
+                    } else {
+                        0.02
+                    },
                     steal_ttl: Duration::from_millis(30),
                 }
             } else {
@@ -601,21 +731,19 @@ impl Scenario {
             max_attempts: rng.within(1..4) as u32,
             discards,
             record_age,
-            // Not beside discards: a consumer that knows nothing of `reported` checkpoints past
-            // it, and the records between its checkpoint and a batch after a discard are then
-            // not found (open).
-            // Up to a third of the simulation's 150 ms lease, the most the margin covers (in
-            // production, ±1 s beside a 30 s lease); the shard mode only, which has a lease.
-            skew_ms: if !partition_keys && Rng::new(seed ^ 0x5CE3).chance(0.3) {
-                50
-            } else {
-                0
+            // Up to ±1 s between invocations, the processor's default `clock_skew`; their
+            // lease is then 3 s (the margin caps at a third of the TTL). The shard mode only,
+            // which has a lease.
+            // A frozen sandbox (one record at a time, so the whole invocation is frozen) runs
+            // with ±100 ms and a 300 ms lease: the freeze, the rival's run and the thaw fit in
+            // the function's 400 ms.
+            skew_ms: match (skewed, pauses) {
+                (true, true) => 100,
+                (true, false) => 1_000,
+                (false, _) => 0,
             },
-            seed_consumer: !partition_keys
-                && in_flight == 1
-                && !seed_methods_only
-                && !discards
-                && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25),
+            pauses,
+            seed_consumer,
             letters: Letters::draw(seed),
         }
     }
@@ -843,7 +971,9 @@ async fn later_batches(
             "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
         });
         let event = common::event(&[record]);
-        for attempt in 0..30 {
+        // Until a lease left by a dead invocation lapses, whatever clock it was written by.
+        let attempts = 30 + 2 * (harness.lease_ttl.as_millis() as u64 + 2 * scenario.skew_ms) / 20;
+        for attempt in 0..attempts {
             let mut context = common::context(&format!("later-{index}-{attempt}"), 2_000);
             context.deadline = harness.shared.clock.now_millis() + 2_000;
             harness
@@ -873,6 +1003,8 @@ struct Counts {
     aged_out: u64,
     recovered: u64,
     takeovers: u64,
+    pauses: u64,
+    handoffs: [u64; 2],
     faults: [u64; 4],
     letters: LetterCounts,
 }
@@ -953,6 +1085,8 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         seed_methods_only: scenario.seed_methods_only,
         record_age: scenario.record_age,
         skew_ms: scenario.skew_ms,
+        lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
+        pauses: scenario.pauses,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written
@@ -1001,6 +1135,11 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
             .count() as u64,
         recovered: journal.recovered,
         takeovers: journal.takeovers,
+        pauses: journal.pauses,
+        handoffs: [
+            journal.handoffs_into_aggregate,
+            journal.handoffs_out_of_aggregate,
+        ],
         letters,
         ..Counts::default()
     };
@@ -1130,6 +1269,9 @@ fn write_trace(seed: u64, trace: &[String]) {
 
 /// How far apart a record-age scenario's records are written.
 const ARRIVAL_SPACING: Duration = Duration::from_millis(5);
+
+/// The share of scenarios whose invocations' clocks disagree.
+const SKEW_CHANCE: f64 = 0.3;
 
 /// Where every scenario's virtual clock starts: 2025-11-30T14:19:05Z, so times look real.
 const VIRTUAL_EPOCH_MILLIS: u64 = 1_764_512_345_000;
@@ -1286,6 +1428,9 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.aged_out += counts.aged_out;
                 totals.recovered += counts.recovered;
                 totals.takeovers += counts.takeovers;
+                totals.pauses += counts.pauses;
+                totals.handoffs[0] += counts.handoffs[0];
+                totals.handoffs[1] += counts.handoffs[1];
                 totals.dead_lettered += counts.dead_lettered;
                 for (total, n) in totals.faults.iter_mut().zip(counts.faults) {
                     *total += n;
@@ -1318,8 +1463,14 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery; a seed consumer took {} shards over",
-        totals.discarded, totals.aged_out, totals.recovered, totals.takeovers
+        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery; a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch",
+        totals.discarded,
+        totals.aged_out,
+        totals.recovered,
+        totals.takeovers,
+        totals.handoffs[0],
+        totals.handoffs[1],
+        totals.pauses
     );
     assert!(
         count < 100 || totals.deaths > 0,

@@ -14,6 +14,7 @@ use crate::gap::{
     CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, ReadFrom,
     SkippedRange, detect, suspected,
 };
+use crate::gate::Gate;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
@@ -57,16 +58,28 @@ pub(crate) async fn recover<H>(
     let proven = entries
         .first()
         .and_then(|first| detect(state, checkpoint, &first.position()));
-    let (range, suspicion) = match (
-        proven,
-        aged(settings, checkpoint, entries.first(), invocation),
-    ) {
-        // Never checkpointed: the reported record is the first the mapping delivered, and the
-        // mapping may have dropped older ones for their age before delivering anything.
-        (Some(_), Some(aged)) if aged.from == ReadFrom::TrimHorizon => (aged, false),
-        (Some(range), _) => (range, false),
-        (None, Some(range)) => (range, true),
-        (None, None) => return Ok(unchanged(entries, None)),
+    // Never checkpointed, under a `TRIM_HORIZON` mapping with a record age: the marked record
+    // is the first the mapping delivered, and it may have dropped older ones for their age
+    // before delivering anything.
+    let from_start = checkpoint.is_none()
+        && settings
+            .gate
+            .as_deref()
+            .and_then(Gate::record_age)
+            .is_some_and(|(_, from_start)| from_start);
+    let (range, suspicion) = match proven {
+        Some(range) if from_start => (
+            SkippedRange {
+                from: ReadFrom::TrimHorizon,
+                before: range.before,
+            },
+            false,
+        ),
+        Some(range) => (range, false),
+        None => match aged(settings, checkpoint, entries.first(), invocation) {
+            Some(range) => (range, true),
+            None => return Ok(unchanged(entries, None)),
+        },
     };
     let Some(gate) = settings.gate.as_deref() else {
         lost(

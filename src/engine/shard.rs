@@ -40,7 +40,7 @@ pub(crate) async fn run_shard<H: Handler>(
     // The stored expiry is counted from when the claim was sent, not from its answer: the
     // local view of the lease starts there too, and lapses a skew margin early.
     let lease = LeaseWatch::starting_at(invocation.now(), ttl, skew);
-    let state = match claim(settings, &key, owner, ttl, first.as_ref()).await {
+    let state = match claim(settings, &key, owner, ttl, (first.as_ref(), &entries)).await {
         Ok(state) => state,
         Err(reason) => return stop_all(report, &entries, reason),
     };
@@ -203,7 +203,7 @@ async fn claim<H>(
     key: &LeaseKey,
     owner: &str,
     ttl: Duration,
-    attempting: Option<&Position>,
+    (attempting, batch): (Option<&Position>, &[Entry]),
 ) -> Result<LeaseState, StopReason> {
     let state = match settings
         .store
@@ -219,18 +219,7 @@ async fn claim<H>(
             );
             // The holder may be an invocation whose release did not land: should the mapping
             // give up on this batch meanwhile, the next one must find the gap.
-            // The lowest batch turned away counts, so an older mark still above the
-            // checkpoint is kept.
-            let done = state.position().ok().flatten();
-            let older = state.contended.as_ref().filter(|contended| {
-                done.as_ref().is_none_or(|done| *contended > done)
-                    && attempting.is_some_and(|first| *contended <= first)
-            });
-            if let (Some(first), None) = (attempting, older)
-                && let Err(error) = settings.store.mark_contended(key, first).await
-            {
-                tracing::warn!(%error, "could not remember the batch turned away");
-            }
+            turned_away(settings.store.as_ref(), key, &state, batch).await;
             return Err(StopReason::LeaseHeld { owner });
         }
         Err(error) => {
@@ -243,10 +232,48 @@ async fn claim<H>(
                 ReportedChange::Keep,
             )
             .await;
+            // The claim's mark of the batch did not land: should the mapping give up on the
+            // batch (its retries spent on refused claims), the next one must find the gap.
+            // A store that refuses this too has lost nothing yet; one that refuses every
+            // write on every delivery of the batch leaves nothing to find it by.
+            if attempting.is_some() {
+                match settings.store.read(key).await {
+                    Ok(state) => turned_away(settings.store.as_ref(), key, &state, batch).await,
+                    Err(error) => {
+                        tracing::warn!(%error, "could not remember the batch turned away");
+                    }
+                }
+            }
             return Err(StopReason::Store(error.to_string()));
         }
     };
     Ok(state)
+}
+
+/// Remembers a batch that ran nothing, in the row's `contended` (written without the lease):
+/// its first record above the checkpoint, since another writer (a seed consumer) may have
+/// done part of it already, and a mark at or below the checkpoint is read as done. The
+/// lowest batch turned away counts, so an older mark still above the checkpoint is kept.
+async fn turned_away(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    state: &LeaseState,
+    batch: &[Entry],
+) {
+    let done = state.position().ok().flatten();
+    let first = batch
+        .iter()
+        .map(Entry::position)
+        .find(|position| done.as_ref().is_none_or(|done| position > done));
+    let older = state.contended.as_ref().filter(|contended| {
+        done.as_ref().is_none_or(|done| *contended > done)
+            && first.as_ref().is_some_and(|first| *contended <= first)
+    });
+    if let (Some(first), None) = (&first, older)
+        && let Err(error) = store.mark_contended(key, first).await
+    {
+        tracing::warn!(%error, "could not remember the batch turned away");
+    }
 }
 
 /// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its

@@ -25,6 +25,7 @@
 //! | the gate held the batch | the batch's first record, in the release; an older one still to recover is kept |
 //! | the skipped records could not be read, or not all in time | the first record not run, so the next batch reads on from there |
 //! | the whole batch was done | removed (unless it names a record above the new checkpoint) |
+//! | (another writer, a seed-crate consumer, checkpointed at or past it) | left behind, at or below the checkpoint: a batch that starts after the checkpoint is read from it, since that writer knew nothing of what the mapping skipped |
 //! | another owner holds or took the lease, or the store failed | not written: the row belongs to the other owner, or cannot be written |
 //!
 //! When the records cannot be read (the processor has no gate, or its topology cannot read
@@ -168,7 +169,9 @@ pub(crate) fn detect(
     checkpoint: Option<&Position>,
     first: &Position,
 ) -> Option<SkippedRange> {
-    let reported = outstanding(state, checkpoint)?;
+    // An overtaken checkpoint lies below any mark still outstanding: it comes first.
+    let overtaken = overtaken(state, checkpoint);
+    let reported = overtaken.or_else(|| outstanding(state, checkpoint))?;
     if first <= reported {
         return None;
     }
@@ -178,6 +181,12 @@ pub(crate) fn detect(
     else {
         return None;
     };
+    if let (Some(_), Some(Position::Record { sequence, .. })) = (overtaken, checkpoint)
+        && before <= sequence
+    {
+        // The batch starts at or inside the overtaken checkpoint's record: nothing between.
+        return None;
+    }
     let from = match checkpoint {
         Some(Position::Record {
             sequence,
@@ -261,6 +270,18 @@ fn outstanding<'a>(state: &'a LeaseState, checkpoint: Option<&Position>) -> Opti
         .min()
 }
 
+/// The checkpoint, when it was moved to or past the reported record by another writer: the
+/// toolkit's own writes never leave `reported` at or below the checkpoint (a batch done whole
+/// removes it), but a seed-crate consumer sharing the table checkpoints without knowing it. Its
+/// checkpoint says nothing of the records after it that the mapping may have given up on
+/// meanwhile, so a batch that starts after the checkpoint is read from it.
+fn overtaken<'a>(state: &LeaseState, checkpoint: Option<&'a Position>) -> Option<&'a Position> {
+    let (Some(reported), Some(checkpoint)) = (state.reported.as_ref(), checkpoint) else {
+        return None;
+    };
+    (reported <= checkpoint && *checkpoint != Position::ShardEnd).then_some(checkpoint)
+}
+
 /// What to remember of a batch starting at `first` that runs nothing (held, unreadable gap):
 /// the lowest record not known done, so that a later batch starting after it is caught.
 pub(crate) fn nothing_ran(
@@ -313,8 +334,33 @@ mod tests {
         assert_eq!(range.from, ReadFrom::After("10".parse().unwrap()));
         assert_eq!(range.before, "30".parse().unwrap());
         assert_eq!(detect(&state, Some(&at(10)), &at(20)), None, "redelivery");
-        assert_eq!(detect(&state, Some(&at(25)), &at(30)), None, "done since");
+        assert_eq!(detect(&state, Some(&at(25)), &at(25)), None, "done since");
         assert_eq!(detect(&row(None), Some(&at(10)), &at(30)), None);
+    }
+
+    #[test]
+    fn a_checkpoint_another_writer_moved_past_the_reported_record_is_read_after() {
+        // A seed consumer checkpointed 25 without knowing of `reported` 20; the mapping may
+        // have given up on records after 25 meanwhile.
+        let state = row(Some(at(20)));
+        let range = detect(&state, Some(&at(25)), &at(30)).expect("read after it");
+        assert_eq!(range.from, ReadFrom::After("25".parse().unwrap()));
+        assert_eq!(range.before, "30".parse().unwrap());
+        assert_eq!(detect(&state, Some(&at(25)), &at(25)), None, "a redelivery");
+        assert_eq!(detect(&state, Some(&at(25)), &at(20)), None, "done already");
+        assert_eq!(
+            detect(&state, Some(&Position::ShardEnd), &at(30)),
+            None,
+            "finished"
+        );
+        // A batch turned away since (contended 30) proves nothing about what lies between the
+        // overtaken checkpoint and it.
+        let contended = LeaseState {
+            contended: Some(at(30)),
+            ..row(Some(at(20)))
+        };
+        let range = detect(&contended, Some(&at(25)), &at(30)).expect("read after it");
+        assert_eq!(range.from, ReadFrom::After("25".parse().unwrap()));
     }
 
     #[test]

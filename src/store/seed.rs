@@ -21,8 +21,11 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// [`CheckpointStore`]: each of the engine's operations built from those five.
 ///
 /// Five methods can hold a lease and one checkpoint string, so the adapter keeps the lease, the
-/// fencing, and every whole record done; records are never lost. What it cannot keep, and what
-/// that costs:
+/// fencing, and every whole record done. Under a mapping that retries a batch until it succeeds
+/// (`MaximumRetryAttempts` -1, `MaximumRecordAgeInSeconds` -1) no record is lost. A mapping that
+/// gives up on records is another matter: without `reported` and `contended` no gap is ever
+/// found, so a batch it discards is lost; gap recovery needs a store that keeps them
+/// (`MemoryLeaseStore`, `DynamoLeaseStore`). What the adapter cannot keep, and what that costs:
 ///
 /// - **`failing`**: attempts are counted within one invocation only. A record the handler
 ///   rejects is still dead-lettered, but one that keeps asking for a retry is retried until the

@@ -111,6 +111,10 @@ pub struct Chaos<S> {
     pub injected: std::sync::Mutex<[u64; 4]>,
     /// Where every claim and write is noted, with its answer, when set.
     trace: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+    /// Rows whose claim was just throttled, and how many of the calls that follow on them are
+    /// answered: a throttle refuses a request, it is not an outage of the row (an outage
+    /// through every write of every delivery of a batch leaves nothing to remember it by).
+    spared: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl<S: LeaseStore> Chaos<S> {
@@ -122,6 +126,7 @@ impl<S: LeaseStore> Chaos<S> {
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
             injected: std::sync::Mutex::new([0; 4]),
             trace: None,
+            spared: std::sync::Mutex::default(),
         }
     }
 
@@ -168,6 +173,22 @@ impl<S: LeaseStore> Chaos<S> {
         Ok(())
     }
 
+    /// Latency and throttling before a call on `key`, unless a throttled claim spared it.
+    async fn before_on(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let spared = {
+            let mut spared = self.spared.lock().unwrap();
+            spared.get_mut(&key.to_string()).is_some_and(|left| {
+                let spare = *left > 0;
+                *left = left.saturating_sub(1);
+                spare
+            })
+        };
+        if spared {
+            return Ok(());
+        }
+        self.before().await
+    }
+
     /// A write's answer lost on its way back.
     fn after<T>(&self, result: Result<T, LeaseError>) -> Result<T, LeaseError> {
         if result.is_ok() && self.roll(self.levels.lost_answer, 1) {
@@ -209,6 +230,11 @@ impl<S: LeaseStore> Chaos<S> {
             Operation::CommitRows => {
                 format!("store: commit rows {:?}: {answer:?}", call.key_commits())
             }
+            Operation::MarkContended => format!(
+                "store: {} marked contended at {}: {answer:?}",
+                key(),
+                call.position()?
+            ),
             _ => return None,
         })
     }
@@ -221,12 +247,22 @@ impl<S: LeaseStore> Layer for Chaos<S> {
         next: Next<'a, T>,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
         let operation = call.operation();
-        if operation == Operation::MarkContended {
-            // Written without the lease, and only remembered: no fault here.
-            return next.run(call);
-        }
         Box::pin(async move {
-            self.before().await?;
+            match (operation, call.key()) {
+                // A throttled claim spares the calls that follow on its row (the read and the
+                // mark of the batch turned away): a throttle refuses a request, it is not an
+                // outage of the row.
+                (Operation::Read | Operation::MarkContended, Some(key)) => {
+                    self.before_on(key).await?;
+                }
+                (Operation::AcquireAndRead, Some(key)) => {
+                    if let Err(error) = self.before().await {
+                        self.spared.lock().unwrap().insert(key.to_string(), 2);
+                        return Err(error);
+                    }
+                }
+                _ => self.before().await?,
+            }
             if matches!(operation, Operation::Renew | Operation::Commit)
                 && let (Some(key), Some(owner)) = (call.key(), call.owner())
             {
@@ -239,6 +275,7 @@ impl<S: LeaseStore> Layer for Chaos<S> {
                     | Operation::Commit
                     | Operation::Finish
                     | Operation::CommitRows
+                    | Operation::MarkContended
             ) {
                 answer = self.after(answer);
             }

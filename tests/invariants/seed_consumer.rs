@@ -3,6 +3,12 @@
 //! `checkpoint` itself (whole records, an aggregate's every sub-record), checkpoints each one
 //! whole, writes `SHARD_END` at a closed shard's end, and lets go. It knows nothing of the
 //! toolkit's attributes (`aggregate_*`, `failing`, `reported`), as the seed crate does not.
+//!
+//! Hand-offs inside a KPL aggregate, both ways: it takes over a shard the toolkit stopped inside
+//! an aggregate (it runs the aggregate whole again, from `checkpoint`), and, when told to, it
+//! stops inside one itself (a crash after some sub-records, before its whole-record checkpoint),
+//! leaving the aggregate to the toolkit. A record that fails a few times runs once its failures
+//! are spent, as the toolkit's handler would run it; one that always fails stops it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -29,7 +35,7 @@ pub async fn take_over(
     knowledge: &Knowledge,
     shared: &Shared,
     (shard, owner): (&str, &str),
-    records: usize,
+    (records, stop_inside): (usize, bool),
 ) {
     let key = LeaseKey::new("orders", shard);
     if !matches!(
@@ -55,6 +61,22 @@ pub async fn take_over(
         return;
     }
     let after: Option<SequenceNumber> = state.checkpoint.as_deref().and_then(|c| c.parse().ok());
+    // The toolkit stopped inside an aggregate after `checkpoint`: this consumer knows nothing of
+    // it and runs the aggregate whole.
+    let inside = state.aggregate_sequence.as_ref().filter(|aggregate| {
+        after.as_ref().is_none_or(|after| {
+            aggregate
+                .parse::<SequenceNumber>()
+                .is_ok_and(|aggregate| aggregate > *after)
+        })
+    });
+    if let Some(aggregate) = inside {
+        shared.note(format!(
+            "{owner} takes {shard} over inside aggregate {aggregate} (sub-records to {:?} done)",
+            state.aggregate_sub
+        ));
+        shared.journal.lock().unwrap().handoffs_into_aggregate += 1;
+    }
     let pending: Vec<_> = stream
         .records(shard)
         .into_iter()
@@ -72,20 +94,37 @@ pub async fn take_over(
                 .collect(),
             None => vec![record.sequence.clone()],
         };
-        if positions
+        if !positions
             .iter()
-            // Records written after the run (the batches that come later) are all healthy.
-            .any(|position| {
-                knowledge
-                    .faults
-                    .get(position)
-                    .is_some_and(|f| *f != Fault::None)
-            })
+            .all(|position| runs_now(knowledge, shared, position))
         {
             break;
         }
+        if stop_inside && positions.len() > 1 {
+            // A crash after some of the aggregate's sub-records, before its checkpoint.
+            let (done, _) = positions.split_at(positions.len() / 2);
+            shared.journal.lock().unwrap().handoffs_out_of_aggregate += 1;
+            shared.note(format!(
+                "{owner} stops inside aggregate {} after {} sub-records",
+                record.sequence,
+                done.len()
+            ));
+            for position in done {
+                shared.handled(position, owner, false);
+                spend_attempt(shared, position);
+                shared
+                    .journal
+                    .lock()
+                    .unwrap()
+                    .uncheckpointed
+                    .insert((owner.to_owned(), position.clone()));
+            }
+            let _ = store.release(&key, owner).await;
+            return;
+        }
         for position in &positions {
             shared.handled(position, owner, false);
+            spend_attempt(shared, position);
         }
         let written = store.checkpoint(&key, owner, &record.sequence).await;
         if !matches!(written, Ok(true)) {
@@ -112,4 +151,39 @@ pub async fn take_over(
         let _ = store.checkpoint(&key, owner, SHARD_END).await;
     }
     let _ = store.release(&key, owner).await;
+}
+
+/// Whether the record at `position` succeeds on its next attempt: a healthy one (records
+/// written after the run are all healthy), or one whose failures are spent.
+fn runs_now(knowledge: &Knowledge, shared: &Shared, position: &str) -> bool {
+    let attempts = shared
+        .journal
+        .lock()
+        .unwrap()
+        .attempts
+        .get(position)
+        .copied()
+        .unwrap_or(0);
+    match knowledge
+        .faults
+        .get(position)
+        .copied()
+        .unwrap_or(Fault::None)
+    {
+        Fault::None | Fault::Sluggish => true,
+        Fault::Retry(n) | Fault::Panic(n) => attempts >= n,
+        Fault::Slow => attempts >= 1,
+        Fault::Stubborn | Fault::Poison => false,
+    }
+}
+
+/// Counts this consumer's handling as an attempt, as the toolkit's handler does.
+fn spend_attempt(shared: &Shared, position: &str) {
+    *shared
+        .journal
+        .lock()
+        .unwrap()
+        .attempts
+        .entry(position.to_owned())
+        .or_default() += 1;
 }
