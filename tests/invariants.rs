@@ -20,9 +20,9 @@
 //! on a runtime whose time is paused, with one virtual clock for the store, the stream, the
 //! event source and every processor: its waits take no real time, and a replay runs exactly as
 //! the failing run did, on any machine under any load (two runs of a seed write the same trace,
-//! byte for byte). A failing scenario also leaves its trace (every delivery, handling, report and store write, in
-//! order) in `target/invariant-traces/`, and prints its end; `INVARIANT_TRACE=1` leaves every
-//! scenario's. `make soak` runs 20,000.
+//! byte for byte). A failing scenario also leaves its trace (every delivery, handling, report
+//! and store write, in order) in `target/invariant-traces/`, and prints its end;
+//! `INVARIANT_TRACE=1` leaves every scenario's. `make soak` runs 100,000.
 //!
 //! The dead-letter family (a third of the scenarios, drawn from the seed apart from the rest so
 //! that the other settings stay as they were): dead letters go to a [`MemoryQueue`] that applies
