@@ -1132,7 +1132,7 @@ async fn a_shard_whose_first_records_aged_out_before_its_first_delivery_has_them
         .gate(
             Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
                 .clock(clock)
-                .maximum_record_age(Duration::from_secs(60)),
+                .maximum_record_age(Duration::from_mins(1)),
         );
     // Records 0 and 1 were dropped for their age before the mapping delivered anything; every
     // claim of its first delivery (2 and 3) is throttled, until it gives up on them too.
