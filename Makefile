@@ -1,7 +1,7 @@
 # kinesis-checkpoint: build, run and test the toolkit and its example function.
 #
 #   make demo       the ledger handler over a synthetic stream through the local event source
-#   make soak       the invariant scenarios of tests/invariants.rs, 20,000 of them
+#   make soak       the invariant scenarios of tests/invariants.rs, 100,000 of them (virtual time)
 #   make status     the lease table, one line per shard (TABLE=..., STREAM=...)
 #   make doctor     template.yaml's event source mapping checked against what the toolkit needs
 #   make test       every test, installing the Python tools it needs into .venv
@@ -65,7 +65,7 @@ $(KINESIS_LOCAL):
 demo:
 	cargo run --quiet -p ledger --example demo
 
-SCENARIOS ?= 20000
+SCENARIOS ?= 100000
 soak:
 	INVARIANT_SCENARIOS=$(SCENARIOS) cargo test --test invariants -- --nocapture
 

@@ -96,6 +96,7 @@
 
 #[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
 pub mod aws_error;
+pub mod clock;
 pub mod dead_letter;
 mod engine;
 pub mod event;

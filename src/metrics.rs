@@ -16,10 +16,11 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::clock::{Clock, SystemClock};
 use crate::report::{BatchReport, Disposition, GapOutcome, StopReason};
 use crate::store::metered::{self, Counters, Metered, Timed};
 use crate::store::{CheckpointStore, Layered};
@@ -121,7 +122,12 @@ impl Metrics {
     /// Metrics::new("Orders").emit(&InvocationMetrics::default());
     /// ```
     pub fn emit(&self, metrics: &InvocationMetrics) {
-        let document = metrics.document(&self.namespace, self.function.as_deref(), now_millis());
+        self.emit_at(metrics, SystemClock.now_millis());
+    }
+
+    /// Writes one EMF line for `metrics`, stamped `now` (epoch milliseconds).
+    fn emit_at(&self, metrics: &InvocationMetrics, now: u64) {
+        let document = metrics.document(&self.namespace, self.function.as_deref(), now);
         (self.sink)(&document.to_string());
     }
 }
@@ -299,14 +305,6 @@ fn count(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
 /// The processor's side of the metrics: the store wrapped in the [`Timed`] layer, and the
 /// store's request count when the invocation began.
 ///
@@ -318,6 +316,7 @@ fn now_millis() -> u64 {
 pub(crate) struct Meter {
     metrics: Metrics,
     store: Arc<Metered>,
+    clock: Arc<dyn Clock>,
 }
 
 /// The store's request count at the start of an invocation, and the invocation's counters.
@@ -327,17 +326,28 @@ pub(crate) struct Started {
 }
 
 impl Meter {
-    /// Wraps `store`; the processor must use the returned store from now on.
+    /// Wraps `store`, timing its writes and stamping the metrics on `clock`; the processor must
+    /// use the returned store from now on.
     pub(crate) fn new(
         metrics: Metrics,
         store: Arc<dyn CheckpointStore>,
+        clock: Arc<dyn Clock>,
     ) -> (Self, Arc<dyn CheckpointStore>) {
-        let metered: Arc<Metered> = Arc::new(Layered::new(store, Timed));
+        let timed = Timed {
+            clock: Arc::clone(&clock),
+        };
+        let metered: Arc<Metered> = Arc::new(Layered::new(store, timed));
         let meter = Self {
             metrics,
             store: Arc::clone(&metered),
+            clock,
         };
         (meter, metered)
+    }
+
+    /// The metrics this meter emits.
+    pub(crate) const fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The store the meter wraps.
@@ -371,7 +381,7 @@ impl Meter {
                 .map(|(before, after)| after.saturating_sub(before))
         };
         metrics.checkpoint_latency = started.counters.take_latencies();
-        self.metrics.emit(&metrics);
+        self.metrics.emit_at(&metrics, self.clock.now_millis());
     }
 }
 

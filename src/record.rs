@@ -76,7 +76,7 @@ impl Record {
             routing_key: None,
             explicit_hash_key: None,
             data: data.into(),
-            arrival: SystemTime::now(),
+            arrival: crate::clock::system_time(),
         }
     }
 

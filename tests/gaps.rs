@@ -889,6 +889,72 @@ async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_b
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5]);
 }
 
+/// A shard that merely lags (a slow handler, nothing failing) reports nothing, so when the
+/// mapping drops its oldest records for `MaximumRecordAgeInSeconds` no row remembers them. The
+/// batch that comes next starts with a record nearly as old as the limit: the processor, told
+/// the mapping's limit through its gate, reads from the checkpoint up to that batch and runs
+/// what it finds first. On virtual time: the records are written ten milliseconds apart, the
+/// handler takes thirty milliseconds a record for the first sixty, and nothing waits really.
+#[tokio::test(start_paused = true)]
+async fn a_lagging_shard_whose_oldest_records_age_out_unreported_has_them_read_back_and_run() {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    use kinesis_checkpoint::local::{DiscardReason, EventSource, Mapping, MemoryStream};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..200 {
+        orders(&stream, n..n + 1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let seen = seen.clone();
+            async move {
+                let n = record.json::<Value>().unwrap()["n"].as_u64().unwrap();
+                if n < 60 {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                seen.0.lock().unwrap().push(n);
+                Outcome::ack()
+            }
+        }
+    };
+    let limit = Duration::from_secs(3);
+    let processor = Processor::new(
+        Arc::new(MemoryLeaseStore::with_clock(clock.clone())),
+        handler,
+    )
+    .clock(clock.clone())
+    .gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .clock(clock.clone())
+            .maximum_record_age(limit),
+    );
+    let mapping = Mapping::default()
+        .batch_size(10)
+        .maximum_record_age(Some(limit))
+        .seed(3);
+    let report = EventSource::new(stream, mapping)
+        .clock(clock)
+        .run(Arc::new(processor))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .discarded
+            .iter()
+            .any(|d| d.reason == DiscardReason::TooOld),
+        "the mapping dropped records too old: {:?}",
+        report.discarded
+    );
+    assert_eq!(
+        report.partial_failures, 0,
+        "nothing failed, nothing was reported"
+    );
+    assert_all_once_in_order(seen.all(), 200, 9, report.discarded.len());
+}
+
 #[tokio::test]
 async fn a_batch_whose_claim_the_store_refused_and_the_mapping_gave_up_on_is_recovered_by_the_next()
 {
@@ -1050,4 +1116,51 @@ async fn a_batch_turned_away_after_a_seed_consumer_did_part_of_it_is_remembered_
         (0..8).collect::<Vec<_>>(),
         "once each, in order"
     );
+}
+
+/// Under a `TRIM_HORIZON` mapping with a record age, a shard's first delivery may come after
+/// the mapping dropped its oldest records for their age: the record the row marks (here the
+/// batch whose claim was refused, `contended`) is then not where the shard starts. A gap the
+/// mark proves on a shard never checkpointed is read from the shard's start.
+#[tokio::test(start_paused = true)]
+async fn a_shard_whose_first_records_aged_out_before_its_first_delivery_has_them_read_from_its_start()
+ {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    orders(&stream, 0..6);
+    let memory = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let store = Arc::new(common::faults::faulty(memory));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[]))
+        .clock(clock.clone())
+        .gate(
+            Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+                .clock(clock)
+                .maximum_record_age(Duration::from_mins(1)),
+        );
+    // Records 0 and 1 were dropped for their age before the mapping delivered anything; every
+    // claim of its first delivery (2 and 3) is throttled, until it gives up on them too.
+    store.layer().claim_fails.store(true, Ordering::SeqCst);
+    let refused = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("refused", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused.shards[0].stopped,
+        Some((_, StopReason::Store(_)))
+    ));
+    store.layer().claim_fails.store(false, Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
+    assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
 }

@@ -15,12 +15,14 @@
 //!    `ParallelizationFactor` above 1, per key Kinesis routed by: a KPL aggregate's own);
 //! 4. no record of a child shard is handled before every record of its parents.
 //!
-//! `INVARIANT_SCENARIOS` (default 1,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
-//! a failing one prints its settings and the command that replays it. Timing varies (scenarios
-//! share one thread, and leases and deadlines run on the wall clock), so a replay may pass: a
-//! failing scenario also leaves its trace (every delivery, handling, report and store write, in
-//! order) in `target/invariant-traces/`, and prints its end; `INVARIANT_TRACE=1` leaves every
-//! scenario's. `make soak` runs 20,000.
+//! `INVARIANT_SCENARIOS` (default 10,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
+//! a failing one prints its settings and the command that replays it. Each scenario runs alone
+//! on a runtime whose time is paused, with one virtual clock for the store, the stream, the
+//! event source and every processor: its waits take no real time, and a replay runs exactly as
+//! the failing run did, on any machine under any load (two runs of a seed write the same trace,
+//! byte for byte). A failing scenario also leaves its trace (every delivery, handling, report
+//! and store write, in order) in `target/invariant-traces/`, and prints its end;
+//! `INVARIANT_TRACE=1` leaves every scenario's. `make soak` runs 100,000.
 //!
 //! The dead-letter family (a third of the scenarios, drawn from the seed apart from the rest so
 //! that the other settings stay as they were): dead letters go to a [`MemoryQueue`] that applies
@@ -38,11 +40,13 @@
 //! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
 //!   one record at a time): the trait's defaults do the rest, and the duplicates they state
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
-//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`; the stream
-//!   then goes on (one more record per shard, delivered as the batch after everything), and
-//!   gap recovery must bring every discarded record back; with stray concurrent deliveries,
-//!   throttled claims (a throttle refuses one request: the two calls after a refused claim on
-//!   its row are answered) and a seed consumer drawn as in any scenario;
+//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`, and half
+//!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written
+//!   over time, which a lagging shard drops unreported and the gate, told the limit, suspects;
+//!   the stream then goes on (one more record per shard, delivered as the batch after
+//!   everything), and gap recovery must bring every discarded record back; with stray
+//!   concurrent deliveries, throttled claims (a throttle refuses one request: the two calls
+//!   after a refused claim on its row are answered) and a seed consumer drawn as in any scenario;
 //! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
 //!   record at a time): between invocations it takes a shard over with the seed's five methods,
 //!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
@@ -54,8 +58,7 @@
 //!   delivery runs its batch (`skew.rs`).
 //!
 //! Not drawn together, each an open limitation written in the README: discards with resharding
-//! (a closed parent's discarded tail holds its children), with a record age (a lagging shard
-//! reports nothing), with a five-method store (it keeps neither `reported` nor `contended`), with
+//! (a closed parent's discarded tail holds its children), with a five-method store (it keeps neither `reported` nor `contended`), with
 //! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
 //! seed consumer's checkpoint inside them passes).
 //!
@@ -92,11 +95,12 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use common::faults::{Chaos, ChaosLevels};
+use kinesis_checkpoint::clock::{Clock, TokioClock};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
-    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
+    DiscardReason, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::report::Disposition;
@@ -194,6 +198,9 @@ struct Journal {
 struct Shared {
     journal: Mutex<Journal>,
     tick: AtomicU64,
+    /// The scenario's virtual clock: the store, the stream, the event source and every
+    /// processor run on it.
+    clock: Arc<dyn Clock>,
     /// What happened, in order: written out when the scenario fails.
     trace: Arc<Mutex<Vec<String>>>,
 }
@@ -241,6 +248,8 @@ struct Harness {
     deadline_margin: Duration,
     max_attempts: u32,
     seed_methods_only: bool,
+    /// The mapping's record age limit, which each invocation's gate is told.
+    record_age: Option<Duration>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     /// Each invocation's clock is off by up to this much (milliseconds): the processor's
@@ -261,12 +270,16 @@ impl Harness {
         processor: Processor<H, M>,
         sink: Arc<dyn DeadLetterSink>,
     ) -> Processor<H, M> {
+        let clock = self.shared.clock.clone();
+        let mut gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
+            .clock(clock.clone());
+        if let Some(age) = self.record_age {
+            gate = gate.maximum_record_age(age);
+        }
         processor
+            .clock(clock)
             .dead_letters(sink)
-            .gate(Gate::new(
-                self.topology.clone(),
-                StartingPosition::TrimHorizon,
-            ))
+            .gate(gate)
             .concurrency(self.in_flight)
             .max_attempts(self.max_attempts)
             .deadline_margin(self.deadline_margin)
@@ -342,13 +355,7 @@ impl Function for Harness {
             };
             let handled = Arc::new(AtomicU64::new(0));
             let deadline = context.deadline;
-            let started = u64::try_from(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis(),
-            )
-            .unwrap();
+            let started = self.shared.clock.now_millis();
             let handler = {
                 let (shared, invocation, death, pause) = (
                     self.shared.clone(),
@@ -387,18 +394,13 @@ impl Function for Harness {
                 async move {
                     if let (Some(pause), Some(shard)) = (pause, shard) {
                         tokio::select! {
+                            biased;
                             () = pause.begin.notified() => {}
                             () = finished.notified() => return,
                         }
                         let key = kinesis_checkpoint::LeaseKey::new("orders", shard.as_str());
                         for _ in 0..500 {
-                            let now = u64::try_from(
-                                std::time::SystemTime::now()
-                                    .duration_since(std::time::UNIX_EPOCH)
-                                    .unwrap()
-                                    .as_millis(),
-                            )
-                            .unwrap();
+                            let now = self.shared.clock.now_millis();
                             let row = self.store.read(&key).await;
                             if row.is_ok_and(|row| row.lease_expiry.is_none_or(|e| e < now)) {
                                 break;
@@ -583,14 +585,10 @@ async fn handle(
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
         Fault::Sluggish => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis();
-            let left = u128::from(deadline).saturating_sub(now);
+            let left = deadline.saturating_sub(shared.clock.now_millis());
             // Half of the invocation's time (400 ms; a rival's is what was left when it
             // started): the processor's own rule for a fair share.
-            if left >= u128::from(deadline.saturating_sub(started)) / 2 {
+            if left >= deadline.saturating_sub(started) / 2 {
                 shared
                     .journal
                     .lock()
@@ -607,13 +605,7 @@ async fn handle(
     if let Some(pause) = pause.filter(|_| count == 1) {
         // Frozen, renewals and all, until the rival has run the batch; thawed in time to
         // answer before the deadline cuts this handler.
-        let now = u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis(),
-        )
-        .unwrap();
+        let now = shared.clock.now_millis();
         pause
             .freeze(Duration::from_millis(deadline.saturating_sub(now + 100)))
             .await;
@@ -654,6 +646,9 @@ struct Scenario {
     /// The mapping gives up on records (finite retries, a record age): gap recovery must
     /// bring every one of them back.
     discards: bool,
+    /// The mapping's `MaximumRecordAgeInSeconds`, which its gate is told too (in some
+    /// discard scenarios): records are then written [`ARRIVAL_SPACING`] apart.
+    record_age: Option<Duration>,
     /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
     /// nothing of the records done above a checkpoint under per-key concurrency).
     seed_consumer: bool,
@@ -704,14 +699,16 @@ impl Scenario {
         let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
         let discards = !partition_keys && discard_rng.chance(0.3);
         let mapping = if discards {
-            mapping
-                .maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
-                // A record age only on a shard stuck on a reported record: a shard that merely
-                // lags has reported nothing, and a record it drops for age is not found (open).
-                .maximum_record_age(None)
+            mapping.maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
         } else {
             mapping
         };
+        // Half of them with a record age too, of 0.15 to 0.8 s on records written 5 ms apart (up
+        // to 0.4 s): a shard that lags (slow handlers, retries, deaths) drops its oldest
+        // records unreported, and the gate, told the limit, must suspect and read them.
+        let record_age = (discards && discard_rng.chance(0.5))
+            .then(|| Duration::from_millis(discard_rng.within(150..800)));
+        let mapping = mapping.maximum_record_age(record_age);
         let chaotic = rng.chance(0.5);
         let in_flight = [1, 1, 4, 16][rng.below(4) as usize];
         // A five-method store keeps no failing record and no records done above the checkpoint
@@ -762,6 +759,7 @@ impl Scenario {
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
             discards,
+            record_age,
             // Up to ±1 s between invocations, the processor's default `clock_skew`; their
             // lease is then 3 s (the margin caps at a third of the TTL). The shard mode only,
             // which has a lease.
@@ -781,8 +779,8 @@ impl Scenario {
 
     /// Writes the stream: records of `keys` keys, with a split and maybe a merge on the way,
     /// some of them packed into KPL aggregates (and then the split shard's last record is one).
-    fn stream(&self, rng: &mut Rng) -> Written {
-        let stream = MemoryStream::new("orders", self.shards);
+    async fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
+        let stream = MemoryStream::new("orders", self.shards).clock(clock);
         let mut written = Written::default();
         let reshard = !self.discards;
         let split_at = (reshard && rng.chance(0.6)).then(|| rng.below(self.records));
@@ -815,6 +813,10 @@ impl Scenario {
             };
             self.put(&stream, &mut written, rng, &key, n, count);
             n += count.max(1);
+            if self.record_age.is_some() {
+                // Written over time, so that records age one after another.
+                tokio::time::sleep(ARRIVAL_SPACING).await;
+            }
         }
         written.stream = Some(stream);
         written
@@ -976,13 +978,19 @@ async fn later_batches(
         .unwrap();
         let sequence = stream.put(&key, payload.clone());
         written.faults.insert(sequence.clone(), Fault::None);
+        // Arrived with the first records, or, beside a record age, as the first record a
+        // mapping delivers after dropping some for their age arrives in a stream written on:
+        // nearly as old as the limit.
+        let arrival_millis = scenario.record_age.map_or(VIRTUAL_EPOCH_MILLIS, |age| {
+            harness.shared.clock.now_millis() - age.as_millis() as u64 * 9 / 10
+        });
         let record = serde_json::json!({
             "kinesis": {
                 "kinesisSchemaVersion": "1.0",
                 "partitionKey": key,
                 "sequenceNumber": sequence,
                 "data": base64::engine::general_purpose::STANDARD.encode(&payload),
-                "approximateArrivalTimestamp": 1_764_512_345.0,
+                "approximateArrivalTimestamp": Duration::from_millis(arrival_millis).as_secs_f64(),
             },
             "eventSource": "aws:kinesis",
             "eventVersion": "1.0",
@@ -995,7 +1003,8 @@ async fn later_batches(
         // Until a lease left by a dead invocation lapses, whatever clock it was written by.
         let attempts = 30 + 2 * (harness.lease_ttl.as_millis() as u64 + 2 * scenario.skew_ms) / 20;
         for attempt in 0..attempts {
-            let context = common::context(&format!("later-{index}-{attempt}"), 2_000);
+            let mut context = common::context(&format!("later-{index}-{attempt}"), 2_000);
+            context.deadline = harness.shared.clock.now_millis() + 2_000;
             harness
                 .shared
                 .note(format!("later: {shard} gets {}", &sequence[52..]));
@@ -1019,6 +1028,8 @@ struct Counts {
     reruns_by_seed_consumer: u64,
     dead_lettered: u64,
     discarded: u64,
+    /// Of `discarded`, those dropped for their age.
+    aged_out: u64,
     recovered: u64,
     takeovers: u64,
     pauses: u64,
@@ -1029,8 +1040,11 @@ struct Counts {
 
 /// Runs one scenario, noting what happens in `trace`; a violation is an error.
 async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Counts, String> {
+    // Virtual: the runtime's time is paused, so the clock stands still while tasks run and
+    // jumps to the next timer when all of them wait.
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(VIRTUAL_EPOCH_MILLIS));
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
-    let mut written = scenario.stream(&mut rng);
+    let mut written = scenario.stream(&mut rng, clock.clone()).await;
     let stream = written.stream.clone().expect("written");
     {
         let mut trace = trace.lock().unwrap();
@@ -1055,7 +1069,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
             }
         }
     }
-    let memory = Arc::new(MemoryLeaseStore::new());
+    let memory = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
     let chaos = Arc::new(
         Chaos::new(memory, scenario.chaos, scenario.seed)
             .traced(trace.clone())
@@ -1064,11 +1078,12 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     let shared = Arc::new(Shared {
         journal: Mutex::default(),
         tick: AtomicU64::new(0),
+        clock: clock.clone(),
         trace,
     });
     let queue = scenario.letters.as_ref().map(|letters| {
         Arc::new(FlakyQueue {
-            queue: MemoryQueue::new(letters.max_message_bytes),
+            queue: MemoryQueue::new(letters.max_message_bytes).clock(clock.clone()),
             failure: letters.part_failure,
             rng: Mutex::new(Rng::new(scenario.seed ^ 0xF1A4)),
             refused: AtomicU64::new(0),
@@ -1097,6 +1112,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deadline_margin: Duration::from_millis(50),
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
+        record_age: scenario.record_age,
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
@@ -1114,6 +1130,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     };
     let harness = Arc::new(harness);
     let report = EventSource::new(stream.clone(), scenario.mapping.clone())
+        .clock(clock.clone())
         .run_observed(harness.clone(), |d| {
             let short: Vec<&str> = d.sequences.iter().map(|s| &s[52..]).collect();
             shared.note(format!(
@@ -1140,6 +1157,11 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         timeouts: report.timed_out.len() as u64,
         faults: *chaos.layer().injected.lock().unwrap(),
         discarded: report.discarded.len() as u64,
+        aged_out: report
+            .discarded
+            .iter()
+            .filter(|d| d.reason == DiscardReason::TooOld)
+            .count() as u64,
         recovered: journal.recovered,
         takeovers: journal.takeovers,
         pauses: journal.pauses,
@@ -1259,6 +1281,10 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     Ok(counts)
 }
 
+/// How many scenarios `cargo test` runs unless `INVARIANT_SCENARIOS` says otherwise: on
+/// virtual time, 10,000 take about what 1,000 took on the wall clock.
+const DEFAULT_SCENARIOS: u64 = 10_000;
+
 /// Writes a scenario's trace to `target/invariant-traces/seed-N.log`.
 fn write_trace(seed: u64, trace: &[String]) {
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/invariant-traces");
@@ -1270,52 +1296,72 @@ fn write_trace(seed: u64, trace: &[String]) {
     .unwrap();
 }
 
+/// How far apart a record-age scenario's records are written.
+const ARRIVAL_SPACING: Duration = Duration::from_millis(5);
+
 /// The share of scenarios whose invocations' clocks disagree.
 const SKEW_CHANCE: f64 = 0.3;
 
-/// How many scenarios run at once.
-const CONCURRENT_SCENARIOS: usize = 25;
+/// Where every scenario's virtual clock starts: 2025-11-30T14:19:05Z, so times look real.
+const VIRTUAL_EPOCH_MILLIS: u64 = 1_764_512_345_000;
 
-#[test]
-fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
-    // Injected panics are expected: keep them out of the output.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let injected = info
-            .payload()
-            .downcast_ref::<String>()
-            .is_some_and(|m| m.starts_with("injected panic"));
-        if !injected {
-            default_hook(info);
-        }
-    }));
-    let count: u64 = std::env::var("INVARIANT_SCENARIOS").map_or(1_000, |n| n.parse().unwrap());
-    let first: u64 = std::env::var("INVARIANT_SEED").map_or(1, |n| n.parse().unwrap());
+/// Keeps the injected panics out of the output, once per process.
+fn quiet_injected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let injected = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|m| m.starts_with("injected panic"));
+            if !injected {
+                default_hook(info);
+            }
+        }));
+    });
+}
+
+/// Runs the scenario of `seed` alone on a runtime of its own whose time is paused: everything
+/// it waits for (back-offs, leases of dead invocations running out, slow handlers, time-outs)
+/// takes no real time, and it sees the same times however loaded the machine is. Returns the
+/// scenario, its outcome and its trace.
+fn run_one(seed: u64) -> (Scenario, Result<Counts, String>, Vec<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .start_paused(true)
         .build()
         .unwrap();
-    let mut totals = Counts::default();
-    let mut failures = Vec::new();
-    // Scenarios wait far more than they compute (back-offs, leases of dead invocations running
-    // out): run a few dozen at once, each on its own timers.
-    let outcomes = runtime.block_on(async {
-        let mut outcomes = Vec::new();
-        let seeds: Vec<u64> = (first..first + count).collect();
-        for chunk in seeds.chunks(CONCURRENT_SCENARIOS) {
-            let mut running = tokio::task::JoinSet::new();
-            for &seed in chunk {
-                running.spawn(async move {
-                    let scenario = Scenario::new(seed);
-                    let trace = Arc::new(Mutex::new(Vec::new()));
-                    // A scenario that never ends is a violation too (a shard stuck for good).
-                    let outcome =
-                        tokio::time::timeout(Duration::from_mins(2), run(&scenario, trace.clone()))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err("the run did not end within two minutes".into())
-                            });
-                    let trace = trace.lock().unwrap();
+    let scenario = Scenario::new(seed);
+    let trace = Arc::new(Mutex::new(Vec::new()));
+    let outcome = runtime.block_on(async {
+        // A scenario that never ends is a violation too (a shard stuck for good): two minutes
+        // of virtual time are hundreds of function time-outs.
+        tokio::time::timeout(Duration::from_mins(2), run(&scenario, trace.clone()))
+            .await
+            .unwrap_or_else(|_| Err("the run did not end within two minutes".into()))
+    });
+    // The runtime goes first: tasks it still holds (a stray invocation) hold the trace too.
+    drop(runtime);
+    let trace = std::mem::take(&mut *trace.lock().unwrap());
+    (scenario, outcome, trace)
+}
+
+/// Runs `seeds` on every core, each scenario on its own paused runtime (see [`run_one`]); the
+/// outcomes in seed order. With `keep_traces`, every trace is returned; otherwise only failing
+/// ones.
+fn run_seeds(
+    seeds: &[u64],
+    keep_traces: bool,
+) -> Vec<(Scenario, Result<Counts, String>, Vec<String>)> {
+    let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes = Mutex::new(Vec::with_capacity(seeds.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(seeds.len()) {
+            scope.spawn(|| {
+                while let Some(&seed) = seeds.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let (scenario, outcome, mut trace) = run_one(seed);
                     if outcome.is_err() || std::env::var_os("INVARIANT_TRACE").is_some() {
                         write_trace(seed, &trace);
                     }
@@ -1324,15 +1370,78 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                         let tail = &trace[trace.len().saturating_sub(60)..];
                         eprintln!("seed {seed}, the trace's last lines:\n{}", tail.join("\n"));
                     }
-                    (scenario, outcome)
-                });
-            }
-            outcomes.extend(running.join_all().await);
+                    if !keep_traces && outcome.is_ok() {
+                        trace = Vec::new();
+                    }
+                    outcomes.lock().unwrap().push((scenario, outcome, trace));
+                }
+            });
         }
-        outcomes.sort_by_key(|(scenario, _)| scenario.seed);
-        outcomes
     });
-    for (scenario, outcome) in outcomes {
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by_key(|(scenario, _, _)| scenario.seed);
+    outcomes
+}
+
+#[test]
+fn two_runs_of_the_same_seeds_write_byte_identical_traces_however_loaded_the_machine_is() {
+    quiet_injected_panics();
+    // Seeds of every family: discards, the dead-letter family, KPL, skew, seed consumers,
+    // deaths and both modes are among the first few dozen.
+    let seeds: Vec<u64> = (1..=24).collect();
+    let first = run_seeds(&seeds, true);
+    // The second run competes with threads that spin: a machine under load.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let second = std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let mut x = 0_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(
+                        x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1),
+                    );
+                }
+            });
+        }
+        let second = run_seeds(&seeds, true);
+        stop.store(true, Ordering::Relaxed);
+        second
+    });
+    for ((scenario, outcome, trace), (_, again, retrace)) in first.iter().zip(&second) {
+        let seed = scenario.seed;
+        assert!(trace.len() > 10, "seed {seed} traced almost nothing");
+        assert_eq!(
+            outcome.as_ref().err(),
+            again.as_ref().err(),
+            "seed {seed} ended differently"
+        );
+        let (bytes, again) = (trace.join("\n"), retrace.join("\n"));
+        if bytes != again {
+            let line = trace
+                .iter()
+                .zip(retrace)
+                .position(|(a, b)| a != b)
+                .unwrap_or(trace.len().min(retrace.len()));
+            panic!(
+                "seed {seed}: the traces differ from line {line}:\n  {:?}\n  {:?}",
+                trace.get(line),
+                retrace.get(line)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
+    quiet_injected_panics();
+    let count: u64 =
+        std::env::var("INVARIANT_SCENARIOS").map_or(DEFAULT_SCENARIOS, |n| n.parse().unwrap());
+    let first: u64 = std::env::var("INVARIANT_SEED").map_or(1, |n| n.parse().unwrap());
+    let mut totals = Counts::default();
+    let mut failures = Vec::new();
+    let seeds: Vec<u64> = (first..first + count).collect();
+    let outcomes = run_seeds(&seeds, false);
+    for (scenario, outcome, _) in outcomes {
         let seed = scenario.seed;
         match outcome {
             Ok(counts) => {
@@ -1345,6 +1454,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                     counts.duplicates_after_failed_checkpoint;
                 totals.reruns_by_seed_consumer += counts.reruns_by_seed_consumer;
                 totals.discarded += counts.discarded;
+                totals.aged_out += counts.aged_out;
                 totals.recovered += counts.recovered;
                 totals.takeovers += counts.takeovers;
                 totals.pauses += counts.pauses;
@@ -1382,8 +1492,9 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch",
+        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery; a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch",
         totals.discarded,
+        totals.aged_out,
         totals.recovered,
         totals.takeovers,
         totals.handoffs[0],

@@ -6,15 +6,19 @@
 //! timeout): a message it takes is one SQS would take, which is what lets a simulation without
 //! SQS find a dead letter SQS refuses.
 
+#[cfg(feature = "sqs")]
+use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 #[cfg(feature = "sqs")]
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[cfg(feature = "sqs")]
 use super::message::{Message, is_sqs_text};
 #[cfg(feature = "sqs")]
 use super::queue::{MessageQueue, Received, send_letter};
 use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+#[cfg(feature = "sqs")]
+use crate::clock::Clock;
 use crate::store::BoxFuture;
 
 /// Dead letters in memory: for tests and the demo.
@@ -91,6 +95,8 @@ pub struct QueueRefused(String);
 pub struct MemoryQueue {
     max_message_bytes: usize,
     state: Mutex<State>,
+    /// What visibility time-outs run on.
+    clock: Arc<dyn Clock>,
 }
 
 #[cfg(feature = "sqs")]
@@ -106,7 +112,8 @@ struct Stored {
     id: String,
     receipt: Option<String>,
     message: Message,
-    hidden_until: Option<Instant>,
+    /// Epoch milliseconds on the queue's clock.
+    hidden_until: Option<u64>,
 }
 
 #[cfg(feature = "sqs")]
@@ -122,7 +129,24 @@ impl MemoryQueue {
         Self {
             max_message_bytes,
             state: Mutex::default(),
+            clock: crate::clock::system(),
         }
+    }
+
+    /// Runs visibility time-outs on `clock` (default
+    /// [`SystemClock`](crate::clock::SystemClock)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// assert!(MemoryQueue::new(262_144).clock(Arc::new(SystemClock)).is_empty());
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Every message in the queue (hidden ones too), in the order sent.
@@ -246,7 +270,8 @@ impl MessageQueue for MemoryQueue {
         visibility: Duration,
     ) -> BoxFuture<'_, Result<Vec<Received>, DeadLetterError>> {
         Box::pin(async move {
-            let now = Instant::now();
+            let now = self.clock.now_millis();
+            let visibility = u64::try_from(visibility.as_millis()).unwrap_or(u64::MAX);
             let mut state = self.lock();
             let mut next = state.next;
             let received = state
@@ -258,7 +283,7 @@ impl MessageQueue for MemoryQueue {
                     next += 1;
                     let receipt = format!("{}-r{next}", stored.id);
                     stored.receipt = Some(receipt.clone());
-                    stored.hidden_until = Some(now + visibility);
+                    stored.hidden_until = Some(now.saturating_add(visibility));
                     Received {
                         id: stored.id.clone(),
                         receipt,

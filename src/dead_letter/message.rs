@@ -231,7 +231,7 @@ pub(crate) struct MetadataTooLarge {
 pub(crate) fn new_send_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
+    let nanos = crate::clock::system_time()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos());
     let mut hasher = RandomState::new().build_hasher();

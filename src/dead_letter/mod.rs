@@ -101,7 +101,7 @@ impl DeadLetter {
             attempts,
             error: error.into(),
             reason,
-            at: SystemTime::now(),
+            at: crate::clock::system_time(),
         }
     }
 }

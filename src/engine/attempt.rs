@@ -11,18 +11,18 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
-use std::time::Duration;
 
 use super::batch::Entry;
 use super::invocation::{Invocation, LeaseWatch};
 use super::settings::Settings;
+use crate::clock::{Clock, Sleep};
 use crate::dead_letter::{DeadLetter, DeadLetterReason};
 use crate::handler::{Handler, Outcome};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
-use crate::store::memory::{millis, now_millis};
+use crate::store::memory::millis;
 use crate::store::{BoxFuture, FailingChange, FailingRecord};
 
 /// Runs records for one shard of one invocation: the processor's settings, the invocation's
@@ -68,7 +68,7 @@ impl<H: Handler> Runner<'_, H> {
             }
         };
         // One reading of the clock serves both checks and the handler's time limit.
-        let now = now_millis();
+        let now = invocation.now();
         if lease.lost_at(now) {
             return Err(StopReason::Fenced);
         }
@@ -120,7 +120,7 @@ impl<H: Handler> Runner<'_, H> {
             }
             _ => reason.to_string(),
         };
-        let attempts = failing.failed(&position, &error);
+        let attempts = failing.failed(&position, &error, self.invocation.now());
         let Some(sink) = &self.settings.dead_letters else {
             if rejected {
                 tracing::warn!(%reason, "no dead-letter sink is configured: the rejected record is reported and retried");
@@ -134,7 +134,8 @@ impl<H: Handler> Runner<'_, H> {
         } else {
             return Err(reason);
         };
-        let letter = DeadLetter::new(record.clone(), attempts, error, dead_reason);
+        let mut letter = DeadLetter::new(record.clone(), attempts, error, dead_reason);
+        letter.at = self.invocation.clock().now();
         match sink.send(&letter).await {
             Ok(()) => {
                 tracing::warn!(
@@ -167,6 +168,7 @@ impl<H: Handler> Runner<'_, H> {
         Guarded {
             handler: self.settings.handler.handle(record),
             stop_at,
+            clock: self.invocation.clock(),
             timer: None,
         }
     }
@@ -181,9 +183,9 @@ pub(crate) struct Failing {
 }
 
 impl Failing {
-    /// Counts a failure of the record at `position`; returns its attempts so far.
-    pub(crate) fn failed(&mut self, position: &Position, error: &str) -> u32 {
-        let now = now_millis();
+    /// Counts a failure of the record at `position` at `now` (epoch milliseconds); returns its
+    /// attempts so far.
+    pub(crate) fn failed(&mut self, position: &Position, error: &str, now: u64) -> u32 {
         let next = match &self.known {
             Some(known) => known.again(position, error, now),
             None => FailingRecord::first(position, error, now),
@@ -218,7 +220,9 @@ struct Guarded<'a> {
     handler: BoxFuture<'a, Outcome>,
     /// Epoch milliseconds; `None` when the invocation has no deadline.
     stop_at: Option<u64>,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The invocation's clock, which the timer waits on.
+    clock: &'a dyn Clock,
+    timer: Option<Sleep>,
 }
 
 impl Future for Guarded<'_> {
@@ -243,10 +247,8 @@ impl Future for Guarded<'_> {
         let Some(stop_at) = this.stop_at else {
             return Poll::Pending;
         };
-        let timer = this.timer.get_or_insert_with(|| {
-            let left = Duration::from_millis(stop_at.saturating_sub(now_millis()));
-            Box::pin(tokio::time::sleep(left))
-        });
+        let clock = this.clock;
+        let timer = this.timer.get_or_insert_with(|| clock.sleep_until(stop_at));
         timer
             .as_mut()
             .poll(cx)

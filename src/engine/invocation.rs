@@ -4,12 +4,14 @@
 //! Every decision that reads the clock against the deadline or the lease goes through these two
 //! types, so the shard mode, the dispatchers and the attempt runner agree on when to stop.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lambda_runtime::Context;
 
-use crate::store::memory::{millis, now_millis};
+use crate::clock::Clock;
+use crate::store::memory::millis;
 
 /// 2001-09-09 in epoch milliseconds: every real deadline is later.
 const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
@@ -21,10 +23,12 @@ pub(crate) struct Invocation {
     started: u64,
     /// Epoch milliseconds; `None` when the context has none (a test's default context).
     deadline: Option<u64>,
+    /// The processor's clock: every reading of the time in this invocation.
+    clock: Arc<dyn Clock>,
 }
 
 impl Invocation {
-    pub(crate) fn new(context: &Context) -> Self {
+    pub(crate) fn new(context: &Context, clock: Arc<dyn Clock>) -> Self {
         // Lambda's request ids are unique; a context without one (a test's) still needs an owner
         // no other invocation shares, or two of them would both hold the lease.
         static LOCAL: AtomicU64 = AtomicU64::new(0);
@@ -38,9 +42,10 @@ impl Invocation {
             context.request_id.clone()
         };
         let function = &context.env_config.function_name;
-        let started = now_millis();
+        let started = clock.now_millis();
         Self {
             started,
+            clock,
             owner: if function.is_empty() {
                 request
             } else {
@@ -58,8 +63,18 @@ impl Invocation {
         }
     }
 
+    /// The clock's time now, epoch milliseconds.
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    /// The clock everything in this invocation waits on.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
     pub(crate) fn time_left(&self) -> Option<Duration> {
-        self.time_left_at(now_millis())
+        self.time_left_at(self.now())
     }
 
     /// The time left at `now` (epoch milliseconds), for a caller that has read the clock.
@@ -101,9 +116,10 @@ pub(crate) struct LeaseWatch {
 }
 
 impl LeaseWatch {
-    /// A lease that never lapses (the partition-key mode holds none).
-    pub(crate) fn new(ttl: Duration) -> Self {
-        Self::starting_at(now_millis(), ttl, Duration::ZERO)
+    /// A lease that never lapses (the partition-key mode holds none), taken at `now` (epoch
+    /// milliseconds).
+    pub(crate) fn new(now: u64, ttl: Duration) -> Self {
+        Self::starting_at(now, ttl, Duration::ZERO)
     }
 
     /// A lease for `ttl` whose claim was sent at `sent` (epoch milliseconds).

@@ -57,7 +57,7 @@ pub(crate) async fn run<H: Handler>(
     context: &Context,
 ) -> (BatchReport, Option<MalformedRecord>) {
     let started = settings.meter.as_ref().map(|meter| meter.begin());
-    let invocation = Invocation::new(context);
+    let invocation = Invocation::new(context, std::sync::Arc::clone(&settings.clock));
     tracing::debug!(
         owner = invocation.owner,
         deadline = context.deadline,

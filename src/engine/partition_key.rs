@@ -62,7 +62,6 @@ use crate::handler::Handler;
 use crate::key::{LeaseKey, row_key};
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber};
-use crate::store::memory::now_millis;
 use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, LeaseState};
 
 /// Gate, read the keys' rows, dispatch, write the rows, report: one shard's records in the
@@ -107,7 +106,7 @@ pub(crate) async fn run_shard<H: Handler>(
     };
     rows.pop();
     let shard_row = states.pop().unwrap_or_default();
-    let shard_checkpoint = match shard_owner(&shard_row) {
+    let shard_checkpoint = match shard_owner(&shard_row, invocation.now()) {
         Some(owner) => {
             tracing::warn!(
                 holder = owner,
@@ -152,7 +151,7 @@ pub(crate) async fn run_shard<H: Handler>(
     }
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
-    let lease = LeaseWatch::new(Duration::MAX);
+    let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
     // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
     // progress covers every key).
     let is_done = |entry: &Entry| {
@@ -180,7 +179,7 @@ pub(crate) async fn run_shard<H: Handler>(
     };
     let mut run = keyed::run(&runner, &entries, &known, &is_done, 0, limits).await;
 
-    let commits = key_commits(&entries, &run, &keys, settings.key_ttl);
+    let commits = key_commits(&entries, &run, &keys, settings.key_ttl, invocation.now());
     let refused = write(settings.store.as_ref(), &commits).await;
     if !refused.is_empty() {
         // Those keys' records run again when redelivered: mark them so, and report from the
@@ -202,8 +201,8 @@ pub(crate) async fn run_shard<H: Handler>(
 /// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
 /// table (the seed crate's, or this toolkit's shard mode), which processes the shard's records
 /// itself.
-pub(crate) fn shard_owner(row: &LeaseState) -> Option<&str> {
-    let now = now_millis();
+/// `now` is epoch milliseconds.
+pub(crate) fn shard_owner(row: &LeaseState, now: u64) -> Option<&str> {
     row.lease_owner
         .as_deref()
         .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
@@ -223,8 +222,9 @@ fn key_commits(
     run: &keyed::Run,
     keys: &HashMap<&str, KeyRow>,
     ttl: Duration,
+    now: u64,
 ) -> Vec<(String, KeyCommit)> {
-    let expires_at = (now_millis() / 1_000).saturating_add(ttl.as_secs());
+    let expires_at = (now / 1_000).saturating_add(ttl.as_secs());
     let mut changes: HashMap<&str, KeyChange> = HashMap::new();
     for (index, (entry, state)) in entries.iter().zip(&run.states).enumerate() {
         let Some(partition_key) = entry.routing_key() else {

@@ -6,16 +6,15 @@
 //! Here rather than in `gap`, which holds the rules (when a range was skipped, what the row
 //! remembers) over the store's types only: this side works on the engine's entries and reports.
 
-use std::time::SystemTime;
-
 use super::batch::Entry;
 use super::invocation::Invocation;
 use super::ordered::Dispatched;
 use super::settings::Settings;
 use crate::gap::{
-    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
-    detect,
+    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, ReadFrom,
+    SkippedRange, detect, suspected,
 };
+use crate::gate::Gate;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
@@ -56,11 +55,31 @@ pub(crate) async fn recover<H>(
         cut: None,
         gap,
     };
-    let Some(range) = entries
+    let proven = entries
         .first()
-        .and_then(|first| detect(state, checkpoint, &first.position()))
-    else {
-        return Ok(unchanged(entries, None));
+        .and_then(|first| detect(state, checkpoint, &first.position()));
+    // Never checkpointed, under a `TRIM_HORIZON` mapping with a record age: the marked record
+    // is the first the mapping delivered, and it may have dropped older ones for their age
+    // before delivering anything.
+    let from_start = checkpoint.is_none()
+        && settings
+            .gate
+            .as_deref()
+            .and_then(Gate::record_age)
+            .is_some_and(|(_, from_start)| from_start);
+    let (range, suspicion) = match proven {
+        Some(range) if from_start => (
+            SkippedRange {
+                from: ReadFrom::TrimHorizon,
+                before: range.before,
+            },
+            false,
+        ),
+        Some(range) => (range, false),
+        None => match aged(settings, checkpoint, entries.first(), invocation) {
+            Some(range) => (range, true),
+            None => return Ok(unchanged(entries, None)),
+        },
     };
     let Some(gate) = settings.gate.as_deref() else {
         lost(
@@ -75,7 +94,7 @@ pub(crate) async fn recover<H>(
     };
     let deadline = invocation
         .time_left()
-        .map(|left| SystemTime::now() + left.saturating_sub(settings.deadline_margin) / 2);
+        .map(|left| invocation.clock().now() + left.saturating_sub(settings.deadline_margin) / 2);
     let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
     let read = gate
         .topology()
@@ -103,12 +122,38 @@ pub(crate) async fn recover<H>(
             return Err(Box::new((entries, gap, reason)));
         }
     };
+    if suspicion && complete && records.is_empty() {
+        // Nothing was dropped after all: the batch follows its checkpoint.
+        return Ok(unchanged(entries, None));
+    }
     prepend(
         settings,
         key,
         range,
         RangeRead { records, complete },
         entries,
+    )
+}
+
+/// The range before the batch's `first` entry that the mapping may have dropped for its age
+/// (see [`suspected`]): only with a gate that knows the mapping's record age limit.
+fn aged<H>(
+    settings: &Settings<H>,
+    checkpoint: Option<&Position>,
+    first: Option<&Entry>,
+    invocation: &Invocation,
+) -> Option<SkippedRange> {
+    let (limit, from_start) = settings.gate.as_deref()?.record_age()?;
+    let Some(Entry::Record(record)) = first else {
+        return None;
+    };
+    let arrival = crate::clock::millis_since_epoch(record.arrival());
+    let age = invocation.now().saturating_sub(arrival);
+    suspected(
+        checkpoint,
+        &record.position(),
+        (age, crate::store::memory::millis(limit)),
+        from_start,
     )
 }
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::{self, Clock};
 use crate::dead_letter::DeadLetterSink;
 use crate::gate::Gate;
 use crate::metrics::Meter;
@@ -114,6 +115,7 @@ pub(crate) struct Settings<H> {
     pub(crate) mode: Mode,
     pub(crate) key_ttl: Duration,
     pub(crate) meter: Option<Arc<Meter>>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<H> Settings<H> {
@@ -134,6 +136,7 @@ impl<H> Settings<H> {
             mode: Mode::Shard,
             key_ttl: DEFAULT_KEY_TTL,
             meter: None,
+            clock: clock::system(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl<H> Clone for Settings<H> {
             mode: self.mode,
             key_ttl: self.key_ttl,
             meter: self.meter.clone(),
+            clock: Arc::clone(&self.clock),
         }
     }
 }

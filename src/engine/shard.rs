@@ -18,7 +18,6 @@ use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
-use crate::store::memory::now_millis;
 use crate::store::{Below, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
 
 /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
@@ -40,7 +39,7 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // The stored expiry is counted from when the claim was sent, not from its answer: the
     // local view of the lease starts there too, and lapses a skew margin early.
-    let lease = LeaseWatch::starting_at(now_millis(), ttl, skew);
+    let lease = LeaseWatch::starting_at(invocation.now(), ttl, skew);
     let state = match claim(settings, &key, owner, ttl, (first.as_ref(), &entries)).await {
         Ok(state) => state,
         Err(reason) => return stop_all(report, &entries, reason),
@@ -422,9 +421,9 @@ async fn keep_alive(
     lease: &LeaseWatch,
 ) {
     loop {
-        tokio::time::sleep(lease.ttl / 3).await;
+        invocation.clock().sleep(lease.ttl / 3).await;
         let ttl = invocation.lease_ttl(lease.ttl, lease.skew());
-        let sent = now_millis();
+        let sent = invocation.now();
         match store.renew(key, owner, ttl).await {
             Ok(true) => lease.renewed(sent, ttl),
             Ok(false) => {

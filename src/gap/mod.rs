@@ -38,6 +38,7 @@
 
 use std::time::SystemTime;
 
+use crate::clock::{Clock, SystemClock};
 use crate::record::Record;
 pub use crate::report::{GapOutcome, GapReport};
 use crate::sequence::Position;
@@ -82,7 +83,7 @@ impl ReadBudget {
         }
     }
 
-    /// Whether the deadline has passed.
+    /// Whether the deadline has passed on the system's clock.
     ///
     /// ```
     /// # use kinesis_checkpoint::gap::ReadBudget;
@@ -90,8 +91,22 @@ impl ReadBudget {
     /// ```
     #[must_use]
     pub fn expired(&self) -> bool {
+        self.expired_by(&SystemClock)
+    }
+
+    /// Whether the deadline has passed on `clock`: a topology that keeps a clock (a simulated
+    /// stream on virtual time) reads its own.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::gap::ReadBudget;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// assert!(!ReadBudget::new(10, None).expired_by(&SystemClock));
+    /// ```
+    #[must_use]
+    pub fn expired_by(&self, clock: &dyn Clock) -> bool {
         self.deadline
-            .is_some_and(|deadline| SystemTime::now() >= deadline)
+            .is_some_and(|deadline| clock.now() >= deadline)
     }
 }
 
@@ -194,6 +209,55 @@ pub(crate) fn detect(
         before: before.clone(),
     })
 }
+
+/// The range a batch starting at `first` may follow when the mapping dropped records for their
+/// age, which leaves no mark in the row: from the checkpoint (from the shard's start, for a
+/// shard never checkpointed, when `from_start`) up to `first`. Only when `first`, `age_millis`
+/// old, is at least [`SUSPECT_AGE`] of the mapping's `limit_millis` old: the records a mapping
+/// drops for age are the oldest, and the first it then delivers is nearly as old in a stream
+/// written on. `None` when the row proves nothing can be missing (a batch at or below the
+/// checkpoint, a finished shard).
+pub(crate) fn suspected(
+    checkpoint: Option<&Position>,
+    first: &Position,
+    (age_millis, limit_millis): (u64, u64),
+    from_start: bool,
+) -> Option<SkippedRange> {
+    let (numerator, denominator) = SUSPECT_AGE;
+    if u128::from(age_millis) * denominator < u128::from(limit_millis) * numerator {
+        return None;
+    }
+    if checkpoint.is_some_and(|checkpoint| first <= checkpoint) {
+        return None;
+    }
+    let Position::Record {
+        sequence: before, ..
+    } = first
+    else {
+        return None;
+    };
+    let from = match checkpoint {
+        Some(Position::Record {
+            sequence,
+            sub_sequence: None,
+        }) => ReadFrom::After(sequence.clone()),
+        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
+        None if from_start => ReadFrom::TrimHorizon,
+        // A finished shard; or a `LATEST` mapping never checkpointed: nothing says where it
+        // started.
+        Some(Position::ShardEnd) | None => return None,
+    };
+    Some(SkippedRange {
+        from,
+        before: before.clone(),
+    })
+}
+
+/// How old (of the mapping's `MaximumRecordAgeInSeconds`) a batch's first record must be for
+/// [`suspected`] to read before it: three quarters. The quarter left covers the time between
+/// the mapping's age check and the invocation, and records written in between those the
+/// mapping dropped and the first it kept.
+const SUSPECT_AGE: (u128, u128) = (3, 4);
 
 /// The row's reported record, while it is above the checkpoint: a checkpoint at or past it
 /// (written by this toolkit or by another consumer of the table) means it was done since.
@@ -313,6 +377,32 @@ mod tests {
         assert_eq!(range.from, ReadFrom::At("10".parse().unwrap()));
         let first = Position::sub_record("10".parse().unwrap(), 0);
         assert_eq!(detect(&state, Some(&checkpoint), &first), None);
+    }
+
+    #[test]
+    fn a_batch_nearly_as_old_as_the_record_age_limit_is_suspected_to_follow_dropped_records() {
+        let limit = 60_000;
+        let range = suspected(Some(&at(10)), &at(30), (45_000, limit), false).expect("suspected");
+        assert_eq!(range.from, ReadFrom::After("10".parse().unwrap()));
+        assert_eq!(
+            suspected(Some(&at(10)), &at(30), (44_999, limit), false),
+            None,
+            "young"
+        );
+        assert_eq!(
+            suspected(Some(&at(30)), &at(30), (59_000, limit), false),
+            None,
+            "redelivery"
+        );
+        assert_eq!(
+            suspected(None, &at(30), (59_000, limit), true).map(|range| range.from),
+            Some(ReadFrom::TrimHorizon)
+        );
+        assert_eq!(
+            suspected(None, &at(30), (59_000, limit), false),
+            None,
+            "LATEST"
+        );
     }
 
     #[test]

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::topology::{ShardInfo, StartingPosition, Topology, TopologyError};
+use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
 use crate::report::Held;
 use crate::sequence::SHARD_END;
-use crate::store::memory::now_millis;
 use crate::store::{CheckpointStore, LeaseError, LeaseState};
 
 /// A day: finished rows outlive the stream's retention by one, so a late redelivery of a
@@ -26,6 +26,8 @@ pub(super) struct Lineage {
     pub(super) topology: Arc<dyn Topology>,
     pub(super) starting_position: StartingPosition,
     pub(super) retention: Option<Duration>,
+    /// What a finished row's expiry is counted from.
+    pub(super) clock: Arc<dyn Clock>,
     shards: Mutex<HashMap<String, HashMap<String, ShardInfo>>>,
     finished: Mutex<HashSet<LeaseKey>>,
 }
@@ -37,6 +39,7 @@ impl Lineage {
             topology,
             starting_position,
             retention: None,
+            clock: clock::system(),
             shards: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashSet::new()),
         }
@@ -87,7 +90,8 @@ impl Lineage {
             Some(retention) => retention,
             None => self.topology.retention(parent.stream()).await?,
         };
-        let expires_at = (now_millis() / 1_000).saturating_add((retention + GRACE).as_secs());
+        let expires_at =
+            (self.clock.now_millis() / 1_000).saturating_add((retention + GRACE).as_secs());
         if store.finish(parent, expected, expires_at).await? {
             tracing::info!(
                 parent = parent.shard(),

@@ -76,6 +76,8 @@ use crate::store::{CheckpointStore, LeaseState};
 pub struct Gate {
     lineage: Lineage,
     scans: Scans,
+    /// The mapping's `MaximumRecordAgeInSeconds`, when it has one.
+    maximum_record_age: Option<Duration>,
 }
 
 impl fmt::Debug for Gate {
@@ -103,6 +105,7 @@ impl Gate {
         Self {
             lineage: Lineage::new(topology, starting_position),
             scans: Scans::default(),
+            maximum_record_age: None,
         }
     }
 
@@ -120,6 +123,56 @@ impl Gate {
     pub const fn retention(mut self, retention: Duration) -> Self {
         self.lineage.retention = Some(retention);
         self
+    }
+
+    /// The clock a finished parent's expiry (for `DynamoDB` TTL) is counted on (default
+    /// [`SystemClock`](crate::clock::SystemClock)): a simulation gives the gate its processor's.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::gate::{Gate, StartingPosition, Topology};
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// fn gate(topology: Arc<dyn Topology>) -> Gate {
+    ///     Gate::new(topology, StartingPosition::TrimHorizon).clock(Arc::new(SystemClock))
+    /// }
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn crate::clock::Clock>) -> Self {
+        self.lineage.clock = clock;
+        self
+    }
+
+    /// The mapping's `MaximumRecordAgeInSeconds`, for gap recovery: a mapping drops records
+    /// older than that without reporting them anywhere the row could see, so a batch whose
+    /// first record is nearly that old (three quarters of it or more) may be the first after
+    /// such a drop. When the row cannot prove a gap, the records between the checkpoint and
+    /// the batch (from the shard's start, for a shard never checkpointed under a
+    /// `TRIM_HORIZON` mapping) are read through the topology and run first; an empty read
+    /// costs the requests and nothing else. Without it (the default, and Lambda's `-1`), only
+    /// the gaps the row proves are read.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::gate::{Gate, StartingPosition, Topology};
+    /// fn gate(topology: Arc<dyn Topology>) -> Gate {
+    ///     Gate::new(topology, StartingPosition::TrimHorizon)
+    ///         .maximum_record_age(Duration::from_secs(3_600))
+    /// }
+    /// ```
+    #[must_use]
+    pub const fn maximum_record_age(mut self, age: Duration) -> Self {
+        self.maximum_record_age = Some(age);
+        self
+    }
+
+    /// The mapping's record age limit, and whether a shard never checkpointed is read from
+    /// its start (`TRIM_HORIZON`).
+    pub(crate) fn record_age(&self) -> Option<(Duration, bool)> {
+        self.maximum_record_age.map(|age| {
+            let from_start = self.lineage.starting_position == StartingPosition::TrimHorizon;
+            (age, from_start)
+        })
     }
 
     /// Where the gate reads the stream: also what reads records the mapping skipped.

@@ -16,11 +16,12 @@ use super::delivery::RunReport;
 use super::function::{Function, InvocationError};
 use super::progress::{Batch, ShardProgress};
 use super::stream::{Shards, StreamRecord};
+use crate::clock::Clock;
 
-/// Invokes every batch at once, each with `timeout`, and waits for all the answers.
+/// Invokes every batch at once, each with `timeout` on `clock`, and waits for all the answers.
 pub(super) async fn deliver<S: Shards>(
     stream: &S,
-    timeout: Duration,
+    (clock, timeout): (&dyn Clock, Duration),
     function: &Arc<dyn Function>,
     batches: Vec<Batch>,
     shards: &BTreeMap<String, ShardProgress>,
@@ -37,15 +38,19 @@ pub(super) async fn deliver<S: Shards>(
         report.records_delivered += batch.indexes.len() as u64;
         let mut context = Context::default();
         context.request_id.clone_from(&batch.request_id);
-        context.deadline = deadline_millis(timeout);
+        context.deadline = clock
+            .now_millis()
+            .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
         context.invoked_function_arn =
             "arn:aws:lambda:us-east-1:123456789012:function:local".into();
         let function = Arc::clone(function);
+        let expired = clock.sleep(timeout);
         tasks.spawn(async move {
-            let answer = match tokio::time::timeout(timeout, function.invoke(event, context)).await
-            {
-                Ok(answer) => answer,
-                Err(_) => Err(InvocationError::TimedOut(timeout)),
+            // Lambda stops the function at its timeout, wherever it is.
+            let answer = tokio::select! {
+                biased;
+                answer = function.invoke(event, context) => answer,
+                () = expired => Err(InvocationError::TimedOut(timeout)),
             };
             (position, answer)
         });
@@ -112,12 +117,4 @@ fn event<'r, S: Shards>(
         })
         .collect();
     event
-}
-
-/// The deadline of an invocation starting now, in milliseconds since the epoch.
-fn deadline_millis(timeout: Duration) -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from((now + timeout).as_millis()).unwrap_or(u64::MAX)
 }

@@ -156,6 +156,6 @@ impl Shards for KinesisStream {
     }
 
     fn now_millis(&self) -> u64 {
-        crate::store::memory::now_millis()
+        crate::clock::Clock::now_millis(&crate::clock::SystemClock)
     }
 }

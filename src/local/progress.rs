@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use tokio::time::Instant;
 
 use super::delivery::{Delivery, DeliveryOutcome, DiscardReason, Discarded, RunReport};
 use super::function::InvocationError;
@@ -41,7 +40,8 @@ pub(super) struct Lane {
     /// The batch size now (halved by bisection).
     pub(super) limit: usize,
     backoff: Duration,
-    not_before: Option<Instant>,
+    /// Epoch milliseconds on the source's clock.
+    not_before: Option<u64>,
     pub(super) last_failure: String,
 }
 
@@ -85,8 +85,10 @@ impl Lane {
         self.not_before = None;
     }
 
-    fn back_off(&mut self, maximum: Duration) {
-        self.not_before = Some(Instant::now() + self.backoff);
+    /// Waits out the back-off from `now` (epoch milliseconds).
+    fn back_off(&mut self, maximum: Duration, now: u64) {
+        let backoff = u64::try_from(self.backoff.as_millis()).unwrap_or(u64::MAX);
+        self.not_before = Some(now.saturating_add(backoff));
         self.backoff = (self.backoff * 2).min(maximum);
     }
 }
@@ -94,10 +96,7 @@ impl Lane {
 /// The earliest moment a lane waiting after a failure may be retried, `now` being the moment the
 /// batches were chosen. A wait over by then belongs to a lane with nothing left to deliver (it
 /// would have had a batch): not a reason to go on.
-pub(super) fn earliest_retry(
-    shards: &BTreeMap<String, ShardProgress>,
-    now: Instant,
-) -> Option<Instant> {
+pub(super) fn earliest_retry(shards: &BTreeMap<String, ShardProgress>, now: u64) -> Option<u64> {
     shards
         .values()
         .flat_map(|s| s.lanes.iter())
@@ -120,15 +119,15 @@ fn lane_of(partition_key: &str, lanes: usize) -> usize {
     usize::try_from(hash % lanes as u64).unwrap_or(0)
 }
 
-/// One batch per lane that has records due at `now` (`clock` on the stream's clock), and a stray
-/// copy of some.
+/// One batch per lane that has records due at `now` (epoch milliseconds on the source's clock;
+/// `clock` on the stream's, which record ages are measured by), and a stray copy of some.
 pub(super) fn next_batches(
     mapping: &Mapping,
     shards: &mut BTreeMap<String, ShardProgress>,
     clock: u64,
     rng: &mut Rng,
     report: &mut RunReport,
-    now: Instant,
+    now: u64,
 ) -> Vec<Batch> {
     // A parent the stream no longer lists has expired: nothing of it will come.
     let known: Vec<String> = shards.keys().cloned().collect();
@@ -240,6 +239,7 @@ pub(super) fn apply(
     answer: Result<KinesisEventResponse, InvocationError>,
     rng: &mut Rng,
     report: &mut RunReport,
+    now: u64,
 ) -> Delivery {
     let shard = shards.get_mut(&batch.shard).expect("a tracked shard");
     let sequences: Vec<String> = batch
@@ -340,7 +340,7 @@ pub(super) fn apply(
                 lane.limit = mapping.batch_size;
                 lane.succeeded();
             } else {
-                lane.back_off(mapping.maximum_backoff);
+                lane.back_off(mapping.maximum_backoff, now);
             }
         }
     }

@@ -31,8 +31,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use super::delivery::{Delivery, RunReport, SourceError};
 use super::function::Function;
 use super::invoke::deliver;
@@ -40,6 +38,7 @@ use super::mapping::Mapping;
 use super::progress::{Lane, ShardProgress, apply, earliest_retry, next_batches};
 use super::rng::Rng;
 use super::stream::Shards;
+use crate::clock::{self, Clock};
 use crate::gate::{ShardInfo, StartingPosition};
 
 /// Lambda's event source mapping, run locally over a stream.
@@ -76,6 +75,8 @@ use crate::gate::{ShardInfo, StartingPosition};
 pub struct EventSource<S> {
     stream: Arc<S>,
     mapping: Mapping,
+    /// What the source waits on: back-offs, the function's time-out, the deadline it gives.
+    clock: Arc<dyn Clock>,
 }
 
 impl<S: Shards> EventSource<S> {
@@ -90,7 +91,27 @@ impl<S: Shards> EventSource<S> {
         Self {
             stream: Arc::new(stream),
             mapping,
+            clock: clock::system(),
         }
+    }
+
+    /// Waits on `clock` (default [`SystemClock`](crate::clock::SystemClock)): back-offs, the
+    /// function's time-out and the deadline each invocation is given. On a virtual clock (the
+    /// one the stream, the store and the processor run on), a run takes no real time for its
+    /// waits and replays exactly.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// let _source = EventSource::new(MemoryStream::new("orders", 1), Mapping::default())
+    ///     .clock(Arc::new(SystemClock));
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Delivers the stream to `function` until every record has been answered for.
@@ -157,7 +178,7 @@ impl<S: Shards> EventSource<S> {
             // One reading of the clock for both: a lane skipped as not yet due must be found
             // waiting, however long the machine took in between, or the run would end with
             // records undelivered.
-            let now = Instant::now();
+            let now = self.clock.now_millis();
             let clock = self.stream.now_millis();
             let batches = next_batches(
                 &self.mapping,
@@ -170,7 +191,7 @@ impl<S: Shards> EventSource<S> {
             if batches.is_empty() {
                 match earliest_retry(&shards, now) {
                     Some(when) => {
-                        tokio::time::sleep_until(when).await;
+                        self.clock.sleep_until(when).await;
                         continue;
                     }
                     None => return Ok(report),
@@ -179,7 +200,7 @@ impl<S: Shards> EventSource<S> {
             let timeout = self.mapping.function_timeout;
             let answers = deliver(
                 &*self.stream,
-                timeout,
+                (self.clock.as_ref(), timeout),
                 &function,
                 batches,
                 &shards,
@@ -194,6 +215,7 @@ impl<S: Shards> EventSource<S> {
                     answer,
                     &mut rng,
                     &mut report,
+                    self.clock.now_millis(),
                 );
                 observe(&delivery);
             }

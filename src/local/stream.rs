@@ -2,7 +2,9 @@
 //! hands out, and [`MemoryStream`], a stream held in memory that splits and merges like Kinesis.
 //!
 //! A memory stream keeps its own clock, so record ages (`MaximumRecordAgeInSeconds`) are
-//! measured in simulated time and a test does not have to wait for records to grow old.
+//! measured in simulated time and a test does not have to wait for records to grow old: a
+//! stepped one by default, or the [`Clock`] it is given (a virtual one, shared with the store,
+//! the processor and the event source).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
@@ -10,6 +12,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
+use crate::clock::Clock;
 use crate::gap::{RangeRead, ReadBudget, SkippedRange};
 use crate::gate::{ShardInfo, Topology, TopologyError};
 use crate::key::LeaseKey;
@@ -109,6 +112,8 @@ const EPOCH_MILLIS: u64 = 1_767_225_600_000;
 pub struct MemoryStream {
     name: Arc<str>,
     state: Arc<Mutex<State>>,
+    /// Arrival stamps and record ages by this clock; by the stepped `clock_millis` without one.
+    clock: Option<Arc<dyn Clock>>,
 }
 
 #[derive(Debug)]
@@ -162,7 +167,25 @@ impl MemoryStream {
         Self {
             name: name.into(),
             state: Arc::new(Mutex::new(state)),
+            clock: None,
         }
+    }
+
+    /// Stamps records and measures their age by `clock` instead of the stream's stepped clock
+    /// (which starts at 2026-01-01 and moves a millisecond per record and a round per delivery).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use kinesis_checkpoint::clock::{Clock, SystemClock};
+    /// use kinesis_checkpoint::local::{MemoryStream, Shards};
+    ///
+    /// let stream = MemoryStream::new("orders", 1).clock(Arc::new(SystemClock));
+    /// assert!(stream.now_millis() >= SystemClock.now_millis() - 1_000);
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -184,9 +207,13 @@ impl MemoryStream {
         let mut state = self.lock();
         let sequence = format!("49{:054}", state.next_sequence);
         state.next_sequence += 1;
-        // Records written in one millisecond share an arrival time, as on Kinesis.
-        state.clock_millis += 1;
-        let arrival_millis = state.clock_millis;
+        // On a clock, records written in one millisecond share an arrival time, as on Kinesis.
+        let arrival_millis = if let Some(clock) = &self.clock {
+            clock.now_millis()
+        } else {
+            state.clock_millis += 1;
+            state.clock_millis
+        };
         let shard = state
             .shards
             .iter_mut()
@@ -442,10 +469,16 @@ impl Shards for MemoryStream {
     }
 
     fn now_millis(&self) -> u64 {
-        self.lock().clock_millis
+        self.clock
+            .as_ref()
+            .map_or_else(|| self.lock().clock_millis, |clock| clock.now_millis())
     }
 
     fn advance(&self, by: Duration) {
+        if self.clock.is_some() {
+            // The clock runs by itself.
+            return;
+        }
         let mut state = self.lock();
         state.clock_millis += u64::try_from(by.as_millis()).unwrap_or(u64::MAX / 2);
     }
@@ -549,53 +582,5 @@ fn hash_key(partition_key: &str) -> u128 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn records_of_one_key_stay_in_one_shard_until_it_splits() {
-        let stream = MemoryStream::new("orders", 4);
-        let shard = stream.shard_of("customer-9");
-        for n in 0..5 {
-            stream.put("customer-9", format!("{n}"));
-        }
-        assert_eq!(stream.records(&shard).len(), 5);
-        let (left, right) = stream.split(&shard);
-        let child = stream.shard_of("customer-9");
-        assert!(child == left || child == right);
-        stream.put("customer-9", "after the split");
-        assert_eq!(stream.records(&child).len(), 1);
-        assert_eq!(
-            stream.records(&shard).len(),
-            5,
-            "the closed parent keeps its records"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_closed_shard_ends_once_its_last_record_is_read() {
-        let stream = MemoryStream::new("orders", 1);
-        let first = stream.put("k", "a");
-        stream.put("k", "b");
-        stream.split("shardId-000000000000");
-        let read = stream
-            .read("shardId-000000000000", Some(&first), 10)
-            .await
-            .unwrap();
-        assert_eq!(read.records.len(), 1);
-        assert!(read.ended);
-        let partial = stream.read("shardId-000000000000", None, 1).await.unwrap();
-        assert!(!partial.ended, "one record is still unread");
-    }
-
-    #[test]
-    fn the_shards_divide_the_whole_hash_key_space_without_overlap() {
-        let stream = MemoryStream::new("orders", 3);
-        let state = stream.lock();
-        assert_eq!(state.shards[0].first, 0);
-        assert_eq!(state.shards[2].last, u128::MAX);
-        for pair in state.shards.windows(2) {
-            assert_eq!(pair[0].last + 1, pair[1].first);
-        }
-    }
-}
+#[path = "stream_tests.rs"]
+mod tests;

@@ -24,6 +24,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent, Service};
 
+use crate::clock::Clock;
 use crate::dead_letter::DeadLetterSink;
 use crate::engine::{self, Settings};
 pub use crate::engine::{
@@ -152,9 +153,39 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
             Some(meter) => meter.inner(),
             None => Arc::clone(&settings.store),
         };
-        let (meter, metered) = Meter::new(metrics, store);
+        let (meter, metered) = Meter::new(metrics, store, Arc::clone(&settings.clock));
         settings.store = metered;
         settings.meter = Some(Arc::new(meter));
+        self
+    }
+
+    /// Reads every time from `clock` (default [`SystemClock`](crate::clock::SystemClock)): the
+    /// deadline, the lease's local view and its renewals, the handler's time limit, the failing
+    /// record's stamps, dead letters' `at`, the metrics' timestamp and latency. A simulation
+    /// passes a virtual clock (the one its store and event source run on) and replays exactly.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// use kinesis_checkpoint::clock::SystemClock;
+    ///
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .clock(Arc::new(SystemClock));
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        let settings = &mut self.settings;
+        settings.clock = clock;
+        // The meter times writes on the clock too: wrap the store again with the new one.
+        if let Some(meter) = settings.meter.take() {
+            let (meter, metered) = Meter::new(
+                meter.metrics().clone(),
+                meter.inner(),
+                Arc::clone(&settings.clock),
+            );
+            settings.store = metered;
+            settings.meter = Some(Arc::new(meter));
+        }
         self
     }
 

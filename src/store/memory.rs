@@ -10,14 +10,15 @@
 //! tests of [`SeedStore`](crate::store::SeedStore).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use super::checkpoints::{
     CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
 use super::lease::{BoxFuture, LeaseError, LeaseState, LeaseStore};
 use super::row::{Below, RowForm};
+use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
 
@@ -43,9 +44,17 @@ use crate::sequence::Position;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryLeaseStore {
     rows: Mutex<HashMap<LeaseKey, LeaseState>>,
+    /// What lease expiries are written and judged by.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryLeaseStore {
+    fn default() -> Self {
+        Self::with_clock(clock::system())
+    }
 }
 
 impl MemoryLeaseStore {
@@ -59,6 +68,31 @@ impl MemoryLeaseStore {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Creates an empty store whose lease expiries are written and judged by `clock` (a
+    /// simulation's virtual clock; [`new`](Self::new) takes the system's).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # use std::sync::Arc;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// let store = MemoryLeaseStore::with_clock(Arc::new(SystemClock));
+    /// let key = LeaseKey::new("orders", "shardId-000000000000");
+    /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
+    /// assert!(store.snapshot()[&key].lease_expiry.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            rows: Mutex::default(),
+            clock,
+        }
     }
 
     /// Every row, for tests and the demo's summary.
@@ -96,8 +130,7 @@ impl MemoryLeaseStore {
     }
 
     /// Takes the lease when it is free, ours, or expired; bumps the counter as a write does.
-    fn take(row: &mut LeaseState, owner: &str, ttl: Duration) -> bool {
-        let now = now_millis();
+    fn take(row: &mut LeaseState, owner: &str, ttl: Duration, now: u64) -> bool {
         let held_by_other = row.lease_owner.as_deref().is_some_and(|current| {
             current != owner && row.lease_expiry.is_some_and(|expiry| expiry > now)
         });
@@ -128,13 +161,6 @@ impl MemoryLeaseStore {
     }
 }
 
-/// The wall clock in epoch milliseconds, the unit of `lease_expiry`.
-pub(crate) fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, millis)
-}
-
 /// A duration in whole milliseconds, saturating: a lease of centuries is still a lease.
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -147,7 +173,11 @@ impl LeaseStore for MemoryLeaseStore {
         owner: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(async move { Ok(self.with_row(key, |row| Self::take(row, owner, ttl))) })
+        Box::pin(async move {
+            Ok(self.with_row(key, |row| {
+                Self::take(row, owner, ttl, self.clock.now_millis())
+            }))
+        })
     }
 
     fn renew<'a>(
@@ -220,7 +250,7 @@ impl CheckpointStore for MemoryLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
-                if Self::take(row, owner, ttl) {
+                if Self::take(row, owner, ttl, self.clock.now_millis()) {
                     if row.reported.is_none() {
                         row.reported = attempting.cloned();
                     }
@@ -410,7 +440,7 @@ impl MemoryLeaseStore {
         Ok(self.with_row(key, |row| {
             let ours = Self::owned_by(row, owner);
             if ours {
-                row.lease_expiry = Some(now_millis().saturating_add(millis(ttl)));
+                row.lease_expiry = Some(self.clock.now_millis().saturating_add(millis(ttl)));
                 row.lease_counter += 1;
             }
             ours
@@ -464,132 +494,5 @@ impl MemoryLeaseStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sequence::SHARD_END;
-
-    const TTL: Duration = Duration::from_mins(1);
-
-    /// The last write that moves the checkpoint to `position` and changes nothing else.
-    fn checkpoint_at(position: Option<&Position>) -> Commit {
-        Commit {
-            checkpoint: position.cloned(),
-            ..Commit::default()
-        }
-    }
-
-    fn orders(shard: &str) -> LeaseKey {
-        LeaseKey::new("orders", shard)
-    }
-
-    #[tokio::test]
-    async fn a_live_lease_is_exclusive_and_an_expired_one_is_stealable() {
-        let store = MemoryLeaseStore::new();
-        let shard = orders("shardId-000000000000");
-        assert!(store.acquire(&shard, "a", TTL).await.unwrap());
-        assert!(!store.acquire(&shard, "b", TTL).await.unwrap());
-        assert!(
-            store.acquire(&shard, "a", TTL).await.unwrap(),
-            "the owner may take its own lease again"
-        );
-
-        let store = MemoryLeaseStore::new();
-        assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
-        assert!(store.acquire(&shard, "b", TTL).await.unwrap(), "a lapsed");
-        assert!(!store.renew(&shard, "a", TTL).await.unwrap(), "a is fenced");
-        assert!(!store.checkpoint(&shard, "a", "5").await.unwrap());
-        assert_eq!(store.read(&shard).await.unwrap().checkpoint, None);
-    }
-
-    #[tokio::test]
-    async fn a_checkpoint_outlives_the_release_of_its_lease() {
-        let store = MemoryLeaseStore::new();
-        let shard = orders("shardId-000000000000");
-        assert!(store.acquire(&shard, "a", TTL).await.unwrap());
-        assert!(store.checkpoint(&shard, "a", "41").await.unwrap());
-        store.release(&shard, "a").await.unwrap();
-        let state = store.read(&shard).await.unwrap();
-        assert_eq!(state.checkpoint.as_deref(), Some("41"));
-        assert_eq!(state.lease_owner, None);
-        assert!(
-            store.acquire(&shard, "b", TTL).await.unwrap(),
-            "released means free"
-        );
-    }
-
-    #[tokio::test]
-    async fn one_shard_id_on_two_streams_is_two_leases_with_two_checkpoints() {
-        let store = MemoryLeaseStore::new();
-        let orders = LeaseKey::new("orders", "shardId-000000000000");
-        let refunds = LeaseKey::new("refunds", "shardId-000000000000");
-        assert!(store.acquire(&orders, "a", TTL).await.unwrap());
-        assert!(store.acquire(&refunds, "b", TTL).await.unwrap());
-        assert!(store.checkpoint(&orders, "a", "41").await.unwrap());
-        assert!(store.checkpoint(&refunds, "b", SHARD_END).await.unwrap());
-        assert_eq!(
-            store.read(&orders).await.unwrap().checkpoint.as_deref(),
-            Some("41")
-        );
-        assert_eq!(
-            store.read(&refunds).await.unwrap().checkpoint.as_deref(),
-            Some(SHARD_END)
-        );
-    }
-
-    #[tokio::test]
-    async fn every_write_bumps_the_fencing_counter() {
-        let store = MemoryLeaseStore::new();
-        let shard = orders("shardId-000000000000");
-        let position = Position::sub_record("9".parse().unwrap(), 2);
-        let Claim::Acquired(first) = store
-            .acquire_and_read(&shard, "a", TTL, None)
-            .await
-            .unwrap()
-        else {
-            panic!("the lease was free");
-        };
-        assert!(store.renew(&shard, "a", TTL).await.unwrap());
-        assert!(
-            store
-                .commit(&shard, "a", &checkpoint_at(Some(&position)))
-                .await
-                .unwrap()
-        );
-        let last = store.read(&shard).await.unwrap();
-        assert_eq!(last.lease_counter, first.lease_counter + 3);
-        assert_eq!(last.position().unwrap(), Some(position));
-    }
-
-    #[tokio::test]
-    async fn a_fenced_owner_can_neither_checkpoint_nor_release_the_new_owners_lease() {
-        let store = MemoryLeaseStore::new();
-        let shard = orders("shardId-000000000000");
-        assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
-        let Claim::Acquired(_) = store
-            .acquire_and_read(&shard, "b", TTL, None)
-            .await
-            .unwrap()
-        else {
-            panic!("a's lease lapsed");
-        };
-        let position = Position::record("100".parse().unwrap());
-        assert!(
-            !store
-                .commit(&shard, "a", &checkpoint_at(Some(&position)))
-                .await
-                .unwrap()
-        );
-        store.release(&shard, "a").await.unwrap();
-        let state = store.read(&shard).await.unwrap();
-        assert_eq!(state.lease_owner.as_deref(), Some("b"));
-        assert_eq!(state.checkpoint, None);
-        let Claim::Held(held) = store
-            .acquire_and_read(&shard, "c", TTL, None)
-            .await
-            .unwrap()
-        else {
-            panic!("b holds it");
-        };
-        assert_eq!(held.lease_owner.as_deref(), Some("b"));
-    }
-}
+#[path = "memory_tests.rs"]
+mod tests;

@@ -11,11 +11,12 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::checkpoints::CheckpointStore;
 use super::layer::{Call, Layer, Layered, Next, Operation};
 use super::lease::{BoxFuture, LeaseError};
+use crate::clock::Clock;
 
 /// What one invocation counts while it runs.
 #[derive(Default)]
@@ -74,7 +75,10 @@ fn record_latency(latency: Duration) {
 /// Times each final write ([`commit`](CheckpointStore::commit), and the partition-key mode's
 /// [`commit_rows`](CheckpointStore::commit_rows)) and passes every call on unchanged, so the
 /// inner store's one-request combinations stay one request.
-pub(crate) struct Timed;
+pub(crate) struct Timed {
+    /// What the latency is measured on.
+    pub(crate) clock: Arc<dyn Clock>,
+}
 
 impl Layer for Timed {
     fn around<'a, T: fmt::Debug + Send + 'a>(
@@ -86,9 +90,9 @@ impl Layer for Timed {
             return next.run(call);
         }
         Box::pin(async move {
-            let started = Instant::now();
+            let started = self.clock.monotonic();
             let written = next.run(call).await;
-            record_latency(started.elapsed());
+            record_latency(self.clock.monotonic().saturating_sub(started));
             written
         })
     }
@@ -107,7 +111,12 @@ mod tests {
     async fn the_timed_store_hands_every_field_on_and_times_each_final_write() {
         let memory = Arc::new(MemoryLeaseStore::new());
         let inner: Arc<dyn CheckpointStore> = memory.clone();
-        let store: Metered = Layered::new(inner, Timed);
+        let store: Metered = Layered::new(
+            inner,
+            Timed {
+                clock: crate::clock::system(),
+            },
+        );
         let counters = Arc::new(Counters::default());
         scope(counters.clone(), every_field::reach(&store, &memory)).await;
         // Two commits and one `commit_rows` in `reach`.

@@ -15,7 +15,6 @@ use super::schema::{
 };
 use crate::key::LeaseKey;
 use crate::sequence::Position;
-use crate::store::memory::now_millis;
 use crate::store::{Below, LeaseError, LeaseState};
 
 /// One row of the lease table, as an operator sees it.
@@ -206,7 +205,7 @@ impl DynamoLeaseStore {
         if !force {
             request = request
                 .condition_expression("attribute_not_exists(lease_owner) OR lease_expiry < :now")
-                .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()));
+                .expression_attribute_values(":now", self.now_value());
         }
         self.count_request();
         match request.send().await {

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::schema::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT_SUB, FAILING};
 use crate::sequence::Position;
-use crate::store::memory::{millis, now_millis};
+use crate::store::memory::millis;
 use crate::store::{Below, FailingChange, FailingRecord, RowForm};
 
 /// The clauses of an `UpdateItem` being built: every write bumps the fencing counter.
@@ -142,6 +142,7 @@ pub(super) fn is_condition_failure<R>(error: &SdkError<UpdateItemError, R>) -> b
         .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
 }
 
-pub(super) fn expiry_after(ttl: Duration) -> AttributeValue {
-    AttributeValue::N(now_millis().saturating_add(millis(ttl)).to_string())
+/// The lease expiry of a lease taken or renewed at `now` (epoch milliseconds) for `ttl`.
+pub(super) fn expiry_at(now: u64, ttl: Duration) -> AttributeValue {
+    AttributeValue::N(now.saturating_add(millis(ttl)).to_string())
 }

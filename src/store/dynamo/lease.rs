@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::DynamoLeaseStore;
 use super::conversion::state_of;
-use super::expressions::{Clauses, expiry_after, set_position};
+use super::expressions::{Clauses, set_position};
 use super::schema::OURS;
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -133,7 +133,7 @@ impl DynamoLeaseStore {
             .update_expression("SET lease_expiry = :expiry ADD lease_counter :one")
             .condition_expression(OURS)
             .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-            .expression_attribute_values(":expiry", expiry_after(ttl));
+            .expression_attribute_values(":expiry", self.expiry_after(ttl));
         self.conditional("UpdateItem (renew)", key, request).await
     }
 

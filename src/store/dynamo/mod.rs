@@ -19,8 +19,8 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
-use crate::store::memory::now_millis;
 use crate::store::{LeaseError, LeaseState};
 
 mod admin;
@@ -32,7 +32,7 @@ mod rows;
 mod schema;
 
 use conversion::state_of;
-use expressions::{expiry_after, is_condition_failure};
+use expressions::{expiry_at, is_condition_failure};
 use schema::{KEY, TAKEABLE};
 
 pub use admin::{Moved, Row};
@@ -74,6 +74,8 @@ pub struct DynamoLeaseStore {
     legacy_stream: Option<String>,
     /// Requests sent, shared by clones: what [`CheckpointStore::requests`](crate::store::CheckpointStore::requests) reports.
     sent: Arc<AtomicU64>,
+    /// What the lease expiries written and the `:now` of the conditions are read from.
+    clock: Arc<dyn Clock>,
 }
 
 /// A shard whose only progress is in a row keyed by its bare shard id, in a table that names no
@@ -144,7 +146,41 @@ impl DynamoLeaseStore {
             table: table.into(),
             legacy_stream: None,
             sent: Arc::default(),
+            clock: clock::system(),
         }
+    }
+
+    /// Reads the time its lease expiries and conditions use (`now` plus the TTL; a lease
+    /// expired before `now`) from `clock` (default [`SystemClock`](crate::clock::SystemClock)).
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::DynamoLeaseStore;
+    /// use kinesis_checkpoint::clock::SystemClock;
+    /// # async fn run() {
+    /// let config = aws_config::load_from_env().await;
+    /// let store = DynamoLeaseStore::new(&config, "orders-leases").clock(Arc::new(SystemClock));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The lease expiry for a lease taken or renewed now for `ttl`.
+    pub(super) fn expiry_after(&self, ttl: Duration) -> AttributeValue {
+        expiry_at(self.clock.now_millis(), ttl)
+    }
+
+    /// The clock's time now, as the `:now` of a condition.
+    pub(super) fn now_value(&self) -> AttributeValue {
+        AttributeValue::N(self.clock.now_millis().to_string())
+    }
+
+    /// Waits `duration` on the store's clock (a back-off).
+    pub(super) async fn pause(&self, duration: Duration) {
+        self.clock.sleep(duration).await;
     }
 
     /// Names the stream the table's rows keyed by a bare shard id belong to: the rows an earlier
@@ -206,8 +242,8 @@ impl DynamoLeaseStore {
             )
             .condition_expression(TAKEABLE)
             .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-            .expression_attribute_values(":expiry", expiry_after(ttl))
-            .expression_attribute_values(":now", AttributeValue::N(now_millis().to_string()))
+            .expression_attribute_values(":expiry", self.expiry_after(ttl))
+            .expression_attribute_values(":now", self.now_value())
     }
 
     fn failed<E, R>(&self, operation: &'static str, key: &str, error: &SdkError<E, R>) -> LeaseError

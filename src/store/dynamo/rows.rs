@@ -171,7 +171,7 @@ impl DynamoLeaseStore {
                                 )
                                 .into());
                             }
-                            tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                            self.pause(Duration::from_millis(50 << round)).await;
                             wanted = rest;
                         }
                         _ => break,

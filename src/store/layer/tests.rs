@@ -66,7 +66,7 @@ async fn a_layer_can_change_the_lease_ttl_and_only_that() {
     let memory = Arc::new(MemoryLeaseStore::new());
     let store = Layered::new(memory.clone(), Doubling);
     let key = LeaseKey::new("orders", "shardId-000000000000");
-    let before = crate::store::memory::now_millis();
+    let before = crate::clock::Clock::now_millis(&crate::clock::SystemClock);
     store
         .acquire_and_read(&key, "a", Duration::from_secs(100), None)
         .await
