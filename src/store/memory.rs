@@ -76,10 +76,11 @@ impl MemoryLeaseStore {
     /// ```
     /// # use std::time::Duration;
     /// use kinesis_checkpoint::clock::SystemClock;
-    /// # use kinesis_checkpoint::{LeaseKey, LeaseStore, MemoryLeaseStore};
+    /// # use kinesis_checkpoint::store::{LeaseError, LeaseStore};
+    /// # use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
     /// # use std::sync::Arc;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), kinesis_checkpoint::LeaseError> {
+    /// # async fn main() -> Result<(), LeaseError> {
     /// let store = MemoryLeaseStore::with_clock(Arc::new(SystemClock));
     /// let key = LeaseKey::new("orders", "shardId-000000000000");
     /// store.acquire(&key, "a", Duration::from_secs(30)).await?;
