@@ -271,8 +271,8 @@ impl Harness {
         sink: Arc<dyn DeadLetterSink>,
     ) -> Processor<H, M> {
         let clock = self.shared.clock.clone();
-        let mut gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
-            .clock(clock.clone());
+        let mut gate =
+            Gate::new(self.topology.clone(), StartingPosition::TrimHorizon).clock(clock.clone());
         if let Some(age) = self.record_age {
             gate = gate.maximum_record_age(age);
         }
