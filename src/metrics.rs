@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::clock::{Clock, SystemClock};
-use crate::report::{BatchReport, Disposition, GapOutcome, StopReason};
+use crate::report::{BatchReport, Disposition, GapOutcome, RecordReport, ShardReport, StopReason};
 use crate::store::metered::{self, Counters, Metered, Timed};
 use crate::store::{CheckpointStore, Layered};
 
@@ -176,6 +176,28 @@ pub struct InvocationMetrics {
     pub checkpoint_latency: Vec<Duration>,
 }
 
+/// How many of `records` were processed or dead-lettered here.
+fn done(records: &[RecordReport]) -> u64 {
+    count(
+        records
+            .iter()
+            .filter(|record| {
+                matches!(
+                    record.disposition,
+                    Disposition::Processed | Disposition::DeadLettered
+                )
+            })
+            .count(),
+    )
+}
+
+/// How many records of a parent's tail (its own gap and parents included) were done here.
+fn tail_done(parent: &ShardReport) -> u64 {
+    done(&parent.records)
+        + parent.gap.as_ref().map_or(0, |gap| done(&gap.recovered))
+        + parent.parents.iter().map(tail_done).sum::<u64>()
+}
+
 impl InvocationMetrics {
     /// The counts of `report`; the store's requests and the latencies are added by the caller.
     ///
@@ -198,18 +220,10 @@ impl InvocationMetrics {
             metrics.duplicates += count(shard.count(Disposition::Duplicate));
             metrics.dead_lettered += count(shard.count(Disposition::DeadLettered));
             metrics.uncheckpointed += count(shard.count(Disposition::Uncheckpointed));
+            // A closed parent's tail run by this invocation was read from the stream too.
+            metrics.recovered += shard.parents.iter().map(tail_done).sum::<u64>();
             if let Some(gap) = &shard.gap {
-                metrics.recovered += count(
-                    gap.recovered
-                        .iter()
-                        .filter(|record| {
-                            matches!(
-                                record.disposition,
-                                Disposition::Processed | Disposition::DeadLettered
-                            )
-                        })
-                        .count(),
-                );
+                metrics.recovered += done(&gap.recovered);
                 if gap.outcome == GapOutcome::NoReader {
                     metrics.gaps += 1;
                 }
@@ -415,6 +429,7 @@ mod tests {
             stopped: stopped.map(|reason| (seq(1), reason)),
             checkpoint: None,
             gap: None,
+            parents: Vec::new(),
         }
     }
 

@@ -169,6 +169,10 @@ pub struct ShardReport {
     /// Records the event source mapping skipped before this batch, found and run first (see
     /// [`gap`](crate::gap)).
     pub gap: Option<GapReport>,
+    /// The closed parents whose tails this shard's invocation ran before it, each as its own
+    /// shard (see the gate's "Parent tail recovery"): their records are not in the batch, so
+    /// nothing of them is in the [response](BatchReport::response).
+    pub parents: Vec<ShardReport>,
 }
 
 impl ShardReport {
@@ -233,6 +237,7 @@ impl ShardReport {
             stopped: None,
             checkpoint: None,
             gap: None,
+            parents: Vec::new(),
         }
     }
 }

@@ -1164,3 +1164,291 @@ async fn a_shard_whose_first_records_aged_out_before_its_first_delivery_has_them
     assert!(next.shards[0].gap.is_some(), "the mark proves the gap");
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5], "once each, in order");
 }
+
+/// A memory stream whose shard 0 holds records 0 to 3 of one key and is then split; the key's
+/// records 4 to 7 go to the child that returns. A processor over it on the memory store.
+fn split_setup(
+    fail: &[u64],
+) -> (
+    kinesis_checkpoint::local::MemoryStream,
+    Arc<MemoryLeaseStore>,
+    Seen,
+    Processor<impl Handler + use<>>,
+    String,
+) {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    for n in 0..4_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 4..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(fail)).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    (stream, store, seen, processor, child)
+}
+
+#[tokio::test]
+async fn a_child_held_by_a_closed_parent_whose_last_batch_the_mapping_gave_up_on_runs_the_parents_tail_first()
+ {
+    let (stream, store, seen, processor, child) = split_setup(&[2]);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(done.shards[0].stopped.is_none());
+    // Record 2 fails; the mapping gives up on the parent's last batch and never delivers the
+    // parent again.
+    let failed = processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 2..4),
+            &context("p2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(failed.shards[0].stopped.is_some());
+    let parent = LeaseKey::new("orders", PARENT);
+    assert!(store.read(&parent).await.unwrap().reported.is_some());
+
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert!(report.response().batch_item_failures.is_empty());
+    let tail = &report.shards[0].parents;
+    assert_eq!(tail.len(), 1, "{report:?}");
+    assert_eq!(tail[0].key, parent);
+    assert_eq!(tail[0].count(Disposition::Processed), 2);
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "the parent's tail first, once each, in order"
+    );
+    let row = store.read(&parent).await.unwrap();
+    assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
+    assert_eq!(row.lease_owner, None, "the parent's lease is released");
+}
+
+#[tokio::test]
+async fn a_child_stays_held_while_another_live_owner_holds_its_closed_parents_lease() {
+    let (stream, store, seen, processor, child) = split_setup(&[2]);
+    for (range, request) in [(0..2, "p1"), (2..4, "p2")] {
+        processor
+            .process_batch(
+                memory_delivery(&stream, PARENT, range),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap();
+    }
+    let parent = LeaseKey::new("orders", PARENT);
+    let claim = store
+        .acquire_and_read(&parent, "rival", Duration::from_mins(1), None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        claim,
+        kinesis_checkpoint::store::Claim::Acquired(_)
+    ));
+
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{report:?}"
+    );
+    assert!(matches!(
+        &report.shards[0].parents[0].stopped,
+        Some((_, StopReason::LeaseHeld { .. }))
+    ));
+    assert_eq!(
+        seen.all(),
+        [0, 1],
+        "nothing of the parent's tail nor the child ran"
+    );
+    assert_eq!(
+        store.read(&parent).await.unwrap().lease_owner.as_deref(),
+        Some("rival")
+    );
+}
+
+#[tokio::test]
+async fn a_child_whose_closed_parent_shows_no_trouble_waits_without_reading_the_parent() {
+    let (stream, _store, seen, processor, child) = split_setup(&[]);
+    processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p1", 60_000),
+        )
+        .await
+        .unwrap();
+    // The child comes before the rest of its parent: the mapping is still delivering it.
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        &report.shards[0].stopped,
+        Some((_, StopReason::Held(_)))
+    ));
+    assert!(report.shards[0].parents.is_empty(), "{report:?}");
+    assert_eq!(seen.all(), [0, 1]);
+}
+
+#[tokio::test]
+async fn against_kinesis_a_closed_parents_tail_the_mapping_gave_up_on_runs_in_its_childs_invocation()
+ {
+    let setup = setup(None).await;
+    setup.put("customer", 0..3).await;
+    setup.stream.split(PARENT).await;
+    setup.put("customer", 3..7).await;
+    let child = if setup.stream.batch(LEFT).await.records.is_empty() {
+        RIGHT
+    } else {
+        LEFT
+    };
+    let seen = Seen::default();
+    let lines = Lines::default();
+    let processor = setup.processor(seen.handler(&[1]), &lines);
+
+    let first = deliver(&processor, setup.delivery(PARENT, 0..1).await, "p1").await;
+    assert!(first.shards[0].stopped.is_none());
+    // Record 1 fails and the mapping gives up on the parent's last batch (1 and 2).
+    let failed = deliver(&processor, setup.delivery(PARENT, 1..3).await, "p2").await;
+    assert!(failed.shards[0].stopped.is_some());
+
+    let report = deliver(&processor, setup.delivery(child, 0..4).await, "c1").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(
+        seen.all(),
+        (0..7).collect::<Vec<_>>(),
+        "the parent's tail first, once each, in order"
+    );
+    assert_eq!(
+        setup.row(PARENT).await.position().unwrap(),
+        Some(Position::ShardEnd)
+    );
+    assert_eq!(lines.last()["Recovered"], 2);
+}
+
+/// A memory stream that reads at most `cap` records at a time, as a small budget would.
+struct Capped {
+    stream: kinesis_checkpoint::local::MemoryStream,
+    cap: usize,
+}
+
+impl Topology for Capped {
+    fn shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ShardInfo>, TopologyError>> {
+        self.stream.shards(stream)
+    }
+
+    fn exhausted<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, TopologyError>> {
+        self.stream.exhausted(stream, shard, after)
+    }
+
+    fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
+        Topology::retention(&self.stream, stream)
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a SkippedRange,
+        budget: ReadBudget,
+    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+        let budget = ReadBudget::new(budget.max_records.min(self.cap), budget.deadline);
+        self.stream.read_range(stream, shard, range, budget)
+    }
+}
+
+#[tokio::test]
+async fn a_parents_tail_longer_than_one_reading_runs_over_several_deliveries_of_its_child() {
+    let (stream, store, seen, _, child) = split_setup(&[]);
+    let processor = Processor::new(store.clone(), seen.handler(&[1])).gate(Gate::new(
+        Arc::new(Capped {
+            stream: stream.clone(),
+            cap: 2,
+        }),
+        StartingPosition::TrimHorizon,
+    ));
+    processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..1),
+            &context("p1", 60_000),
+        )
+        .await
+        .unwrap();
+    // Record 1 fails; the mapping gives up on the parent's last batch (1 to 3).
+    processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 1..4),
+            &context("p2", 60_000),
+        )
+        .await
+        .unwrap();
+
+    // Two records read (1 and 2): 1 runs, 2 is where the next delivery reads on.
+    let first = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&first.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{first:?}"
+    );
+    assert_eq!(first.shards[0].parents[0].count(Disposition::Processed), 1);
+    assert_eq!(seen.all(), [0, 1]);
+    let parent = store.read(&LeaseKey::new("orders", PARENT)).await.unwrap();
+    assert_eq!(
+        parent.contended.map(|at| at.to_string()),
+        Some(stream.records(PARENT)[2].sequence.clone()),
+        "the row proves the rest of the tail"
+    );
+
+    let second = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(second.shards[0].stopped.is_none(), "{second:?}");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}

@@ -42,14 +42,19 @@ impl Log {
 
     /// A handler that logs every record, failing those `fail` names (by `n`) once.
     fn handler(&self, fail: Option<u64>) -> impl Handler {
+        self.handler_failing(fail, 1)
+    }
+
+    /// [`Log::handler`], failing record `fail` its first `times` attempts.
+    fn handler_failing(&self, fail: Option<u64>, times: u32) -> impl Handler {
         let log = self.clone();
-        let failed = Arc::new(Mutex::new(false));
+        let failed = Arc::new(Mutex::new(0_u32));
         move |record: Record| {
             let payload: Value = record.json().unwrap();
             let n = payload["n"].as_u64().unwrap();
-            let mut once = failed.lock().unwrap();
-            let outcome = if Some(n) == fail && !*once {
-                *once = true;
+            let mut failures = failed.lock().unwrap();
+            let outcome = if Some(n) == fail && *failures < times {
+                *failures += 1;
                 Outcome::retry("downstream unavailable")
             } else {
                 log.0.lock().unwrap().push((
@@ -88,9 +93,23 @@ impl Setup {
         fail: Option<u64>,
         start: StartingPosition,
     ) -> Processor<impl Handler> {
+        self.processor_failing(log, fail, 1, start).await
+    }
+
+    /// [`Setup::processor`], failing record `fail` its first `times` attempts.
+    async fn processor_failing(
+        &self,
+        log: &Log,
+        fail: Option<u64>,
+        times: u32,
+        start: StartingPosition,
+    ) -> Processor<impl Handler> {
         let kinesis = common::moto::sdk_config(&kinesis().endpoint, 1).await;
-        Processor::new(Arc::new(self.store.clone()), log.handler(fail))
-            .gate(Gate::new(Arc::new(KinesisTopology::new(&kinesis)), start))
+        Processor::new(
+            Arc::new(self.store.clone()),
+            log.handler_failing(fail, times),
+        )
+        .gate(Gate::new(Arc::new(KinesisTopology::new(&kinesis)), start))
     }
 
     /// The batch of whichever child of the split holds the records written after it (their
@@ -245,8 +264,10 @@ async fn a_child_waits_while_its_parents_last_record_keeps_failing() {
         setup.stream.put("customer", n).await;
     }
     let log = Log::default();
+    // Record 2 fails twice: on the parent's delivery, and again when the child's invocation
+    // runs the parent's tail (its row reports the record: parent tail recovery).
     let processor = setup
-        .processor(&log, Some(2), StartingPosition::TrimHorizon)
+        .processor_failing(&log, Some(2), 2, StartingPosition::TrimHorizon)
         .await;
     let child = setup.child_with_records().await;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::aggregates::{
-    PARENT, Ran, STREAM, event_of, inside, noting, process, split_after_an_aggregate,
+    PARENT, Ran, STREAM, event_of, inside, noting, noting_times, process, split_after_an_aggregate,
     ten_sub_records, whole,
 };
 use common::faults::faulty;
@@ -63,11 +63,12 @@ impl CheckpointPosition for DynamoLeaseStore {
     }
 }
 
-/// The parent's row after sub-record 4 of its aggregate was retried.
+/// The parent's row after sub-record 4 of its aggregate was retried, `attempts` times.
 async fn assert_stopped_inside_the_aggregate<S: LeaseStore + ?Sized>(
     store: &S,
     plain: &str,
     aggregate: &str,
+    attempts: u32,
 ) {
     let parent = LeaseKey::new(STREAM, PARENT);
     let row = store.read(&parent).await.unwrap();
@@ -91,7 +92,7 @@ async fn assert_stopped_inside_the_aggregate<S: LeaseStore + ?Sized>(
             failing.sub_sequence,
             failing.attempts
         ),
-        (aggregate, Some(4), 1)
+        (aggregate, Some(4), attempts)
     );
     assert!(
         failing.last_error.contains("the ledger is busy"),
@@ -111,7 +112,9 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
     let ran = Ran::default();
     let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
     let faulty = Arc::new(faulty(store.clone()));
-    let processor = Processor::new(faulty, noting(&ran, Some(4))).gate(gate);
+    // Sub-record 4 fails twice: on the parent's delivery, and again when the child's
+    // invocation runs the parent's tail (its row reports the sub-record: parent tail recovery).
+    let processor = Processor::new(faulty, noting_times(&ran, Some(4), 2)).gate(gate);
     let parent = LeaseKey::new(STREAM, PARENT);
 
     let first = process(&processor, event_of(&stream, PARENT, None), "r1").await;
@@ -126,7 +129,15 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
         "the child runs only after sub-records 4 to 9: {:?}",
         held.stopped
     );
-    assert_stopped_inside_the_aggregate(store.as_ref(), &plain, &aggregate).await;
+    assert_eq!(
+        held.parents
+            .first()
+            .and_then(|tail| tail.stopped.clone())
+            .map(|(s, _)| s.to_string()),
+        Some(aggregate.clone()),
+        "the child's invocation ran the parent's tail, which stopped at the same sub-record"
+    );
+    assert_stopped_inside_the_aggregate(store.as_ref(), &plain, &aggregate, 2).await;
 
     assert_eq!(
         LeaseStore::read(store.as_ref(), &parent)

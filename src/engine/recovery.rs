@@ -14,8 +14,9 @@ use crate::gap::{
     CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, ReadFrom,
     SkippedRange, detect, suspected,
 };
-use crate::gate::Gate;
+use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
+use crate::record::Record;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
 use crate::store::LeaseState;
@@ -92,14 +93,7 @@ pub(crate) async fn recover<H>(
             Some(GapReport::new(range, GapOutcome::NoReader)),
         ));
     };
-    let deadline = invocation
-        .time_left()
-        .map(|left| invocation.clock().now() + left.saturating_sub(settings.deadline_margin) / 2);
-    let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
-    let read = gate
-        .topology()
-        .read_range(key.stream(), key.shard(), &range, budget)
-        .await;
+    let read = read(settings, gate, key, &range, invocation).await;
     let RangeRead { records, complete } = match read {
         Ok(read) => read,
         Err(error) if error.downcast_ref::<CannotRead>().is_some() => {
@@ -194,11 +188,7 @@ fn prepend<H>(
     // reads on from (the row remembers it as the reported record).
     let marker = (!complete).then(|| records[records.len() - 1].sequence().clone());
     let read = records.len();
-    let mut recovered: Vec<Entry> = records.into_iter().map(Entry::Record).collect();
-    #[cfg(feature = "kpl")]
-    if settings.deaggregate {
-        recovered = super::batch::deaggregate(recovered);
-    }
+    let mut recovered = unpack(settings, records);
     let cut = marker.map(|marker| {
         recovered
             .iter()
@@ -224,8 +214,6 @@ fn prepend<H>(
         );
         GapOutcome::Partial
     };
-    // Without the `kpl` feature, nothing is unpacked.
-    let _ = settings;
     let count = recovered.len();
     recovered.extend(entries);
     Ok(Recovery {
@@ -233,6 +221,99 @@ fn prepend<H>(
         recovered: count,
         cut,
         gap: Some(GapReport::new(range, outcome)),
+    })
+}
+
+/// Reads `range` of the shard of `key` through the gate's topology, within half the
+/// invocation's time left (the records must run too) and [`MAX_RECOVERED_RECORDS`]: the one
+/// reading of both gap recovery and parent tail recovery.
+async fn read<H>(
+    settings: &Settings<H>,
+    gate: &Gate,
+    key: &LeaseKey,
+    range: &SkippedRange,
+    invocation: &Invocation,
+) -> Result<RangeRead, TopologyError> {
+    let deadline = invocation
+        .time_left()
+        .map(|left| invocation.clock().now() + left.saturating_sub(settings.deadline_margin) / 2);
+    let budget = ReadBudget::new(MAX_RECOVERED_RECORDS, deadline);
+    gate.topology()
+        .read_range(key.stream(), key.shard(), range, budget)
+        .await
+}
+
+/// The records read, as entries, unpacked as a batch's are.
+fn unpack<H>(settings: &Settings<H>, records: Vec<Record>) -> Vec<Entry> {
+    let entries: Vec<Entry> = records.into_iter().map(Entry::Record).collect();
+    #[cfg(feature = "kpl")]
+    if settings.deaggregate {
+        return super::batch::deaggregate(entries);
+    }
+    // Without the `kpl` feature, nothing is unpacked.
+    let _ = settings;
+    entries
+}
+
+/// What a held child's invocation read of a closed parent's tail.
+pub(crate) struct Tail {
+    /// The tail's records after the parent's checkpoint (an aggregate the checkpoint is inside
+    /// of whole: dedupe drops the sub-records done), to run as a batch of the parent.
+    pub(crate) entries: Vec<Entry>,
+    /// The first record not run, when the tail was read in part: the parent's row is marked
+    /// there, so that the next held batch of a child reads on.
+    pub(crate) unread: Option<Position>,
+}
+
+/// Reads the tail of the closed `parent`, whose row is `row`, after its checkpoint to the
+/// shard's end, as [gap recovery](recover) reads a skipped range (see the gate's "Parent tail
+/// recovery"). `None` when there is nothing to run: no gate, no record read, or a reading that
+/// failed (logged; the child stays held).
+pub(crate) async fn read_tail<H>(
+    settings: &Settings<H>,
+    parent: &LeaseKey,
+    row: &LeaseState,
+    invocation: &Invocation,
+) -> Option<Tail> {
+    let gate = settings.gate.as_deref()?;
+    let range = gate.tail_range(row)?;
+    let RangeRead { records, complete } = match read(settings, gate, parent, &range, invocation)
+        .await
+    {
+        Ok(read) => read,
+        Err(error) => {
+            tracing::warn!(
+                stream = parent.stream(),
+                parent = parent.shard(),
+                %range,
+                %error,
+                "could not read the tail of a closed parent the mapping no longer delivers; the child stays held"
+            );
+            return None;
+        }
+    };
+    // Read in part: the last record read is where the next invocation reads on from.
+    let unread = (!complete)
+        .then(|| records.last().map(|last| last.sequence().clone()))
+        .flatten();
+    let records = match &unread {
+        Some(_) => records[..records.len() - 1].to_vec(),
+        None => records,
+    };
+    if records.is_empty() {
+        return None;
+    }
+    tracing::info!(
+        stream = parent.stream(),
+        parent = parent.shard(),
+        %range,
+        records = records.len(),
+        complete,
+        "a closed parent's tail holds a child and its row proves trouble: running the tail under the parent's lease"
+    );
+    Some(Tail {
+        entries: unpack(settings, records),
+        unread: unread.map(Position::record),
     })
 }
 

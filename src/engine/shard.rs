@@ -12,13 +12,13 @@ use super::batch::{Entry, ShardBatch, prior, settled, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed;
 use super::ordered::{self, Dispatched};
-use super::recovery::{self, Recovery, recover};
+use super::recovery::{self, Recovery, Tail, recover};
 use super::settings::Settings;
 use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
 use crate::sequence::Position;
-use crate::store::{Below, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
+use crate::store::{Below, BoxFuture, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
 
 /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
 #[allow(
@@ -30,11 +30,41 @@ pub(crate) async fn run_shard<H: Handler>(
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
+    run_shard_at(settings, group, invocation, 0).await
+}
+
+/// [`run_shard_at`] boxed, for the run of a parent's tail inside a child's: its type names no
+/// future of its own, so the recursion is `Send`.
+fn run_boxed<'a, H: Handler>(
+    settings: &'a Settings<H>,
+    group: ShardBatch,
+    invocation: &'a Invocation,
+    depth: usize,
+) -> BoxFuture<'a, ShardReport> {
+    Box::pin(run_shard_at(settings, group, invocation, depth))
+}
+
+/// How many generations of closed parents one invocation recovers the tails of, above the
+/// delivered shard: a chain of resharding whose every tail the mapping gave up on.
+const MAX_TAIL_DEPTH: usize = 3;
+
+/// [`run_shard`] for a shard `depth` generations above the delivered one (0: the batch's own;
+/// above: a parent whose tail a held child's invocation recovers).
+#[allow(
+    clippy::too_many_lines,
+    reason = "the steps of one invocation, in order, clearer in one place"
+)]
+async fn run_shard_at<H: Handler>(
+    settings: &Settings<H>,
+    group: ShardBatch,
+    invocation: &Invocation,
+    depth: usize,
+) -> ShardReport {
     let ShardBatch { key, entries } = group;
     let owner = invocation.owner.as_str();
     let skew = settings.clock_skew.min(settings.lease_ttl / 3);
     let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
-    let report = ShardReport::empty(key.clone(), entries.len());
+    let mut report = ShardReport::empty(key.clone(), entries.len());
     let first = entries.first().map(Entry::position);
 
     // The stored expiry is counted from when the claim was sent, not from its answer: the
@@ -48,9 +78,11 @@ pub(crate) async fn run_shard<H: Handler>(
     // outlasts it leaves nothing dispatched.
     let gated = tokio::select! {
         biased;
-        gated = pass_gate(settings, &key, owner, &state, first.as_ref()) => gated,
+        gated = pass_gate(settings, (&key, owner), &state, first.as_ref(), (invocation, depth)) => gated,
         () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
     };
+    let (gated, parents) = gated;
+    report.parents = parents;
     let (checkpoint, parent_shards) = match gated {
         Ok(gated) => gated,
         Err(reason) => return stop_all(report, &entries, reason),
@@ -277,14 +309,40 @@ async fn turned_away(
 }
 
 /// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its
-/// parents are finished. Returns the checkpoint and the parents just learnt; or why nothing
-/// may run, the lease released.
-async fn pass_gate<H>(
+/// parents are finished, and its invocation may recover a parent's tail meanwhile (see the
+/// gate's "Parent tail recovery"). Returns the checkpoint and the parents just learnt, or why
+/// nothing may run, the lease released; and the reports of the parents' tails run.
+async fn pass_gate<H: Handler>(
     settings: &Settings<H>,
-    key: &LeaseKey,
-    owner: &str,
+    (key, owner): (&LeaseKey, &str),
     state: &LeaseState,
     first: Option<&Position>,
+    (invocation, depth): (&Invocation, usize),
+) -> (
+    Result<(Option<Position>, Vec<String>), StopReason>,
+    Vec<ShardReport>,
+) {
+    let mut parents = Vec::new();
+    let gated = gate_or_tail(
+        settings,
+        (key, owner),
+        state,
+        first,
+        (invocation, depth),
+        &mut parents,
+    )
+    .await;
+    (gated, parents)
+}
+
+/// [`pass_gate`], the reports of the parents' tails run pushed to `parents`.
+async fn gate_or_tail<H: Handler>(
+    settings: &Settings<H>,
+    (key, owner): (&LeaseKey, &str),
+    state: &LeaseState,
+    first: Option<&Position>,
+    (invocation, depth): (&Invocation, usize),
+    parents: &mut Vec<ShardReport>,
 ) -> Result<(Option<Position>, Vec<String>), StopReason> {
     let checkpoint = match state.position() {
         Ok(checkpoint) => checkpoint,
@@ -304,7 +362,25 @@ async fn pass_gate<H>(
     let Some(gate) = &settings.gate else {
         return Ok((checkpoint, Vec::new()));
     };
-    let verdict = gate.check(settings.store.as_ref(), key, state).await;
+    let mut verdict = gate.check(settings.store.as_ref(), key, state).await;
+    // A merge has two parents, each perhaps with a tail to run: one recovery per parent.
+    while verdict.held.is_some() && parents.len() < 2 && depth < MAX_TAIL_DEPTH {
+        let Some(parent) = verdict.tail.take() else {
+            break;
+        };
+        let Some((tail, whole)) = parent_tail(settings, &parent, invocation, depth).await else {
+            break;
+        };
+        parents.push(tail);
+        if !whole {
+            break;
+        }
+        let learnt = std::mem::take(&mut verdict.learnt_parents);
+        verdict = gate.check(settings.store.as_ref(), key, state).await;
+        if verdict.learnt_parents.is_empty() {
+            verdict.learnt_parents = learnt;
+        }
+    }
     if let Some(held) = verdict.held {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
         // The row remembers the held batch: if the mapping gives up on it, the batch after
@@ -321,6 +397,41 @@ async fn pass_gate<H>(
         return Err(StopReason::Held(held));
     }
     Ok((checkpoint, verdict.learnt_parents))
+}
+
+/// Runs the tail of the closed `parent` that holds a child: read after its checkpoint to the
+/// shard's end (see [`read_tail`](recovery::read_tail)) and run as a batch of the parent, under
+/// its lease, through the same claim, gate, dedupe, dispatch and commit as a delivered batch.
+/// `None` when nothing was read; otherwise the parent's report, and whether its tail ran to the
+/// shard's end (then the gate finds it exhausted).
+async fn parent_tail<H: Handler>(
+    settings: &Settings<H>,
+    parent: &LeaseKey,
+    invocation: &Invocation,
+    depth: usize,
+) -> Option<(ShardReport, bool)> {
+    let row = match settings.store.read(parent).await {
+        Ok(row) => row,
+        Err(error) => {
+            tracing::warn!(%error, parent = parent.shard(), "could not read the parent's row; the child stays held");
+            return None;
+        }
+    };
+    let Tail { entries, unread } = recovery::read_tail(settings, parent, &row, invocation).await?;
+    let batch = ShardBatch {
+        key: parent.clone(),
+        entries,
+    };
+    // Boxed: a parent's run may recover its own parent's tail in turn.
+    let report = run_boxed(settings, batch, invocation, depth + 1).await;
+    let ran_whole = report.stopped.is_none();
+    if ran_whole && let Some(unread) = &unread {
+        // The rest of the tail is for the next held batch of a child: the row proves it.
+        if let Err(error) = settings.store.mark_contended(parent, unread).await {
+            tracing::warn!(%error, parent = parent.shard(), "could not remember where the parent's tail reads on");
+        }
+    }
+    Some((report, ran_whole && unread.is_none()))
 }
 
 /// Releases the lease without progress (keeping the parents just learnt); a failure only

@@ -1,11 +1,18 @@
 //! The shard mode's parent rule: a parent is finished when its row says `SHARD_END`, when it
 //! has expired from the stream, or when it is provably exhausted (closed, nothing left undone
 //! at its checkpoint, and nothing after it in the stream), and then the gate marks it so.
+//!
+//! A held child may also be told which closed parent's tail its invocation may recover itself
+//! ([`Verdict::tail`]; see "Parent tail recovery" in the [gate](super)): one whose row proves
+//! trouble.
 
 use super::lineage::{Lineage, held_unknown};
+use super::parent_scan::end_of_everything;
 use super::topology::StartingPosition;
+use crate::gap::{ReadFrom, SkippedRange};
 use crate::key::LeaseKey;
 use crate::report::Held;
+use crate::sequence::Position;
 use crate::store::{CheckpointStore, LeaseError, LeaseState};
 
 /// What the gate found for a shard.
@@ -15,6 +22,9 @@ pub struct Verdict {
     pub held: Option<Held>,
     /// The shard's parents, to be written to its row when it did not list them yet.
     pub learnt_parents: Vec<String>,
+    /// The closed, unfinished parent (or ancestor) that holds the shard and whose row proves
+    /// trouble: the invocation may recover its tail under its lease, then ask again.
+    pub(crate) tail: Option<LeaseKey>,
 }
 
 /// A verdict that holds the shard because `error` left its parents unknown.
@@ -22,6 +32,7 @@ fn unknown(error: &dyn std::fmt::Display) -> Verdict {
     Verdict {
         held: Some(held_unknown(error)),
         learnt_parents: Vec::new(),
+        tail: None,
     }
 }
 
@@ -41,6 +52,7 @@ pub(super) async fn check(
                         error: format!("shard {} is not listed by the stream", key.shard()),
                     }),
                     learnt_parents: Vec::new(),
+                    tail: None,
                 };
             }
             Err(error) => return unknown(&error),
@@ -58,9 +70,14 @@ pub(super) async fn check(
         {
             Ok(None) => {}
             Ok(Some(held)) => {
+                let tail = match troubled(store, key, &held).await {
+                    Ok(tail) => tail,
+                    Err(error) => return unknown(&error),
+                };
                 return Verdict {
                     held: Some(held),
                     learnt_parents,
+                    tail,
                 };
             }
             Err(error) => return unknown(&error),
@@ -69,7 +86,59 @@ pub(super) async fn check(
     Verdict {
         held: None,
         learnt_parents,
+        tail: None,
     }
+}
+
+/// The closed parent that `held` names, when its row proves trouble: a `reported` record (the
+/// toolkit removes it once it passes it; one left at or below the checkpoint was overtaken by
+/// another writer, which knew nothing of what the mapping skipped), or a `contended` mark
+/// above the checkpoint. The mapping may have given up on the batch it names, and if that was
+/// the parent's last, it will never deliver the parent again.
+async fn troubled(
+    store: &dyn CheckpointStore,
+    child: &LeaseKey,
+    held: &Held,
+) -> Result<Option<LeaseKey>, LeaseError> {
+    let (Held::Unfinished { parent, .. } | Held::NeverRead { parent }) = held else {
+        return Ok(None);
+    };
+    let parent = LeaseKey::new(child.stream(), parent.as_str());
+    let row = store.read(&parent).await?;
+    let checkpoint = row.position().ok().flatten();
+    let contended = row
+        .contended
+        .as_ref()
+        .is_some_and(|mark| checkpoint.as_ref().is_none_or(|done| mark > done));
+    Ok((row.reported.is_some() || contended).then_some(parent))
+}
+
+/// Where a closed parent's tail starts, from its row (`None` when it is finished): after its
+/// checkpoint, at the aggregate the checkpoint is inside of (dedupe drops the sub-records done),
+/// or, never checkpointed, at the horizon when the mapping starts there, else at the row's first
+/// mark (the mapping's first delivery). It ends at the shard's end.
+pub(super) fn tail_range(lineage: &Lineage, row: &LeaseState) -> Option<SkippedRange> {
+    let from = match row.position().ok()? {
+        Some(Position::Record {
+            sequence,
+            sub_sequence: None,
+        }) => ReadFrom::After(sequence),
+        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence),
+        Some(Position::ShardEnd) => return None,
+        None if lineage.starting_position == StartingPosition::TrimHorizon => ReadFrom::TrimHorizon,
+        None => match [row.reported.as_ref(), row.contended.as_ref()]
+            .into_iter()
+            .flatten()
+            .min()?
+        {
+            Position::Record { sequence, .. } => ReadFrom::At(sequence.clone()),
+            Position::ShardEnd => return None,
+        },
+    };
+    Some(SkippedRange {
+        from,
+        before: end_of_everything(),
+    })
 }
 
 /// `None` when the parent is finished; why the child waits otherwise.

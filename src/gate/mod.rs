@@ -21,6 +21,43 @@
 //! written to its row, so later cold starts need no Kinesis call for it. Finished shards are
 //! remembered for the life of the process: a finished shard stays finished.
 //!
+//! # Parent tail recovery
+//!
+//! With a finite `MaximumRetryAttempts` (or a record age), the mapping may give up on the last
+//! batch of a closed parent. It never delivers that parent again, so nothing would ever move its
+//! checkpoint to the shard's end, and its children would be held for ever (and discarded in
+//! turn). So when a closed parent that is not finished holds a child, and the parent's row
+//! proves trouble (a `reported` record, or a `contended` mark above its checkpoint: the batch
+//! the mapping may have given up on), the child's invocation recovers the parent's tail itself:
+//! it claims the parent's lease (another live owner: the child stays held, as before), reads the
+//! parent's records after its checkpoint (from inside a partial aggregate, by the row's
+//! aggregate progress) to the shard's end through [`Topology::read_range`], the reading gap
+//! recovery uses, within the same `ReadBudget` and half the invocation's time left, runs them as
+//! a batch of the parent (dedupe, attempts, dead letters, checkpoint), and asks the gate again,
+//! which finds the parent exhausted and marks it `SHARD_END`. A tail not read or not run to its
+//! end in this invocation leaves the parent's progress committed, a `contended` mark at the
+//! first record not run, and the child held (reported, so Lambda retries it).
+//!
+//! Always safe: it runs under the parent's lease and checkpoint, so a later delivery of the
+//! parent by the mapping finds those records done. It is not done for every held child: a child
+//! delivered before its parents (the mapping is still working through the parent, its row shows
+//! no trouble) would then read Kinesis in its own invocation and race the mapping for the
+//! parent's records, for nothing. The invariant scenarios (`tests/invariants.rs`) pass either
+//! way; in their first 500, children's invocations ran 534 records of parents' tails under this
+//! rule, and 909 when every held child of a closed parent with a free lease recovered its tail:
+//! the extra ones were read from Kinesis in a child's invocation while the mapping still meant
+//! to deliver them. Every way the mapping can give up on a batch leaves a mark first (a failed or held batch reports; a claim marks its batch, so one the invocation died
+//! on counts; a batch turned away or refused is marked `contended`), except those the gap
+//! recovery does not cover either (see [`gap`](crate::gap)).
+//!
+//! The partition-key mode's rule is not covered. The same hold exists there (a discarded last
+//! batch of a closed parent leaves its keys' rows short of the parent's records, and the rule
+//! holds the child until the parent expires or is marked `SHARD_END`), but it is one case of a
+//! wider loss the mode does not cover: it has no shard row to remember a report in, so nothing
+//! proves that the mapping gave up on any batch, and it recovers no gap at all (records the
+//! mapping discards are lost there, resharding or not; the invariant scenarios draw no discards
+//! in that mode). Running a parent's tail there would need that proof first.
+//!
 //! The files: `topology` (what the gate asks of the stream), `lineage` (what both rules know
 //! and settle), `by_shard` (the shard mode's rule), `by_key` (the partition-key mode's),
 //! `parent_scan` (what the latter learnt of a closed parent), `kinesis` and `kinesis_range`
@@ -178,6 +215,12 @@ impl Gate {
     /// Where the gate reads the stream: also what reads records the mapping skipped.
     pub(crate) fn topology(&self) -> &dyn Topology {
         self.lineage.topology.as_ref()
+    }
+
+    /// The range a held child's invocation reads of a closed parent whose row is `row`: after
+    /// its checkpoint to its end (see [Parent tail recovery](self#parent-tail-recovery)).
+    pub(crate) fn tail_range(&self, row: &LeaseState) -> Option<crate::gap::SkippedRange> {
+        by_shard::tail_range(&self.lineage, row)
     }
 
     /// Whether the shard of `key`, whose row is `state`, may run now.

@@ -104,7 +104,7 @@ impl ParentScan {
 }
 
 /// A sequence number above every record: the largest Kinesis can issue (129 digits).
-fn end_of_everything() -> SequenceNumber {
+pub(super) fn end_of_everything() -> SequenceNumber {
     "9".repeat(129)
         .parse()
         .expect("129 nines is a sequence number")

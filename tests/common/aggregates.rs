@@ -64,12 +64,17 @@ pub type Ran = Arc<Mutex<Vec<String>>>;
 
 /// A handler that notes each record it runs and asks, once, for a retry of sub-record `fail`.
 pub fn noting(ran: &Ran, fail: Option<u64>) -> impl kinesis_checkpoint::Handler {
+    noting_times(ran, fail, 1)
+}
+
+/// [`noting`], asking for a retry of sub-record `fail` its first `times` attempts.
+pub fn noting_times(ran: &Ran, fail: Option<u64>, times: u32) -> impl kinesis_checkpoint::Handler {
     let ran = ran.clone();
-    let failed = Arc::new(Mutex::new(false));
+    let failed = Arc::new(Mutex::new(0_u32));
     move |record: Record| {
         let mut failed = failed.lock().unwrap();
-        let outcome = if fail.is_some() && record.sub_sequence() == fail && !*failed {
-            *failed = true;
+        let outcome = if fail.is_some() && record.sub_sequence() == fail && *failed < times {
+            *failed += 1;
             Outcome::retry("the ledger is busy")
         } else {
             ran.lock().unwrap().push(record.position().to_string());
