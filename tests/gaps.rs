@@ -1242,6 +1242,66 @@ async fn a_child_held_by_a_closed_parent_whose_last_batch_the_mapping_gave_up_on
     assert_eq!(row.lease_owner, None, "the parent's lease is released");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_child_whose_never_read_parent_aged_out_whole_runs_the_parents_records_first() {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..4_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 4..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[]))
+        .clock(clock.clone())
+        .gate(
+            Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+                .clock(clock)
+                .maximum_record_age(Duration::from_mins(1)),
+        );
+    // Young, the parent's records may still be delivered by the mapping: the child waits and
+    // runs none of them.
+    let early = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{early:?}"
+    );
+    assert!(seen.all().is_empty(), "nothing ran: {:?}", seen.all());
+    // Every record of the parent is now older than the limit: the mapping dropped them all
+    // without delivering the parent once, which leaves it no row at all.
+    tokio::time::sleep(Duration::from_mins(2)).await;
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let tail = &report.shards[0].parents;
+    assert_eq!(tail.len(), 1, "{report:?}");
+    assert_eq!(tail[0].count(Disposition::Processed), 4);
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "the parent's records first, once each, in order"
+    );
+    let parent = LeaseKey::new("orders", PARENT);
+    let row = store.read(&parent).await.unwrap();
+    assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
+}
+
 #[tokio::test]
 async fn a_child_stays_held_while_another_live_owner_holds_its_closed_parents_lease() {
     let (stream, store, seen, processor, child) = split_setup(&[2]);

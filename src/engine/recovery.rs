@@ -293,13 +293,29 @@ pub(crate) async fn read_tail<H>(
         }
     };
     // Read in part: the last record read is where the next invocation reads on from.
-    let unread = (!complete)
+    let mut unread = (!complete)
         .then(|| records.last().map(|last| last.sequence().clone()))
         .flatten();
-    let records = match &unread {
+    let mut records = match &unread {
         Some(_) => records[..records.len() - 1].to_vec(),
         None => records,
     };
+    // A parent never read (no checkpoint, no mark) proves nothing by its row: the gate lets
+    // its tail be read only because the mapping has a record age limit. Records older than
+    // the limit the mapping drops, never delivering them; younger ones it may still deliver,
+    // so they are left to it (the first of them is where the next held child reads on).
+    let untouched = row.checkpoint.is_none() && row.reported.is_none() && row.contended.is_none();
+    if untouched && let Some((limit, _)) = gate.record_age() {
+        let limit = crate::store::memory::millis(limit);
+        let now = invocation.now();
+        let young = records.iter().position(|record| {
+            now.saturating_sub(crate::clock::millis_since_epoch(record.arrival())) <= limit
+        });
+        if let Some(young) = young {
+            unread = Some(records[young].sequence().clone());
+            records.truncate(young);
+        }
+    }
     if records.is_empty() {
         return None;
     }

@@ -36,12 +36,15 @@ fn unknown(error: &dyn std::fmt::Display) -> Verdict {
     }
 }
 
-/// Whether the shard of `key`, whose row is `state`, may run now.
+/// Whether the shard of `key`, whose row is `state`, may run now. `aged`: the mapping has a
+/// record age limit and starts at `TRIM_HORIZON` (a parent never read may have been dropped
+/// whole for its age, see [`troubled`]).
 pub(super) async fn check(
     lineage: &Lineage,
     store: &dyn CheckpointStore,
     key: &LeaseKey,
     state: &LeaseState,
+    aged: bool,
 ) -> Verdict {
     let (parents, learnt_parents) = if state.parent_shards.is_empty() {
         match lineage.shard(key.stream(), key.shard(), false).await {
@@ -70,7 +73,7 @@ pub(super) async fn check(
         {
             Ok(None) => {}
             Ok(Some(held)) => {
-                let tail = match troubled(store, key, &held).await {
+                let tail = match troubled(store, key, &held, aged).await {
                     Ok(tail) => tail,
                     Err(error) => return unknown(&error),
                 };
@@ -94,16 +97,23 @@ pub(super) async fn check(
 /// toolkit removes it once it passes it; one left at or below the checkpoint was overtaken by
 /// another writer, which knew nothing of what the mapping skipped), or a `contended` mark
 /// above the checkpoint. The mapping may have given up on the batch it names, and if that was
-/// the parent's last, it will never deliver the parent again.
+/// the parent's last, it will never deliver the parent again. Also a parent never read, when
+/// the mapping has a record age limit (`aged`): if every record of it is older than the limit,
+/// the mapping dropped them all without a delivery, which leaves no row at all; its tail is
+/// read, and only the records already too old run (the engine's `read_tail`).
 async fn troubled(
     store: &dyn CheckpointStore,
     child: &LeaseKey,
     held: &Held,
+    aged: bool,
 ) -> Result<Option<LeaseKey>, LeaseError> {
     let (Held::Unfinished { parent, .. } | Held::NeverRead { parent }) = held else {
         return Ok(None);
     };
     let parent = LeaseKey::new(child.stream(), parent.as_str());
+    if aged && matches!(held, Held::NeverRead { .. }) {
+        return Ok(Some(parent));
+    }
     let row = store.read(&parent).await?;
     let checkpoint = row.position().ok().flatten();
     let contended = row

@@ -46,7 +46,10 @@
 //! way; in their first 500, children's invocations ran 534 records of parents' tails under this
 //! rule, and 909 when every held child of a closed parent with a free lease recovered its tail:
 //! the extra ones were read from Kinesis in a child's invocation while the mapping still meant
-//! to deliver them. Every way the mapping can give up on a batch leaves a mark first (a failed or held batch reports; a claim marks its batch, so one the invocation died
+//! to deliver them. One exception: with a record age ([`Gate::maximum_record_age`]) under
+//! `TRIM_HORIZON`, a parent never read (no row, so no mark) may have been dropped whole for its
+//! age before its first delivery; its held child reads the parent from its start and runs only
+//! the records already older than the limit, which the mapping will never deliver. Every way the mapping can give up on a batch leaves a mark first (a failed or held batch reports; a claim marks its batch, so one the invocation died
 //! on counts; a batch turned away or refused is marked `contended`), except those the gap
 //! recovery does not cover either (see [`gap`](crate::gap)).
 //!
@@ -230,7 +233,8 @@ impl Gate {
         key: &LeaseKey,
         state: &LeaseState,
     ) -> Verdict {
-        by_shard::check(&self.lineage, store, key, state).await
+        let aged = self.record_age().is_some_and(|(_, from_start)| from_start);
+        by_shard::check(&self.lineage, store, key, state, aged).await
     }
 
     /// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent

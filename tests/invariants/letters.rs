@@ -18,7 +18,7 @@ use kinesis_checkpoint::{BoxFuture, DeadLetterSink, Outcome, Record};
 use super::Shared;
 
 /// The dead-letter family's settings.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Letters {
     seed: u64,
     /// The queue's `MaximumMessageSize`.
