@@ -1302,6 +1302,56 @@ async fn a_child_whose_never_read_parent_aged_out_whole_runs_the_parents_records
     assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_child_whose_parents_rest_aged_out_after_its_last_delivery_runs_that_rest_first() {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..4_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 4..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[]))
+        .clock(clock.clone())
+        .gate(
+            Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+                .clock(clock)
+                .maximum_record_age(Duration::from_mins(1)),
+        );
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(done.shards[0].stopped.is_none());
+    // The parent's batch was done whole (its row proves no trouble), and then its records 2
+    // and 3 grew older than the limit before the mapping delivered them: it dropped them.
+    tokio::time::sleep(Duration::from_mins(2)).await;
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(report.shards[0].parents.len(), 1, "{report:?}");
+    assert_eq!(report.shards[0].parents[0].count(Disposition::Processed), 2);
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "the parent's rest first, once each, in order"
+    );
+}
+
 #[tokio::test]
 async fn a_child_stays_held_while_another_live_owner_holds_its_closed_parents_lease() {
     let (stream, store, seen, processor, child) = split_setup(&[2]);

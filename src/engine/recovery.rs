@@ -300,12 +300,18 @@ pub(crate) async fn read_tail<H>(
         Some(_) => records[..records.len() - 1].to_vec(),
         None => records,
     };
-    // A parent never read (no checkpoint, no mark) proves nothing by its row: the gate lets
-    // its tail be read only because the mapping has a record age limit. Records older than
-    // the limit the mapping drops, never delivering them; younger ones it may still deliver,
-    // so they are left to it (the first of them is where the next held child reads on).
-    let untouched = row.checkpoint.is_none() && row.reported.is_none() && row.contended.is_none();
-    if untouched && let Some((limit, _)) = gate.record_age() {
+    // A parent whose row proves no trouble (no `reported` record, no `contended` mark above
+    // its checkpoint; never read: no row at all) has its tail read only because the mapping
+    // has a record age limit. Records older than the limit the mapping drops, never delivering
+    // them; younger ones it may still deliver, so they are left to it (the first of them is
+    // where the next held child reads on).
+    let checkpoint = row.position().ok().flatten();
+    let proven = row.reported.is_some()
+        || row
+            .contended
+            .as_ref()
+            .is_some_and(|mark| checkpoint.as_ref().is_none_or(|done| mark > done));
+    if !proven && let Some((limit, _)) = gate.record_age() {
         let limit = crate::store::memory::millis(limit);
         let now = invocation.now();
         let young = records.iter().position(|record| {

@@ -97,10 +97,11 @@ pub(super) async fn check(
 /// toolkit removes it once it passes it; one left at or below the checkpoint was overtaken by
 /// another writer, which knew nothing of what the mapping skipped), or a `contended` mark
 /// above the checkpoint. The mapping may have given up on the batch it names, and if that was
-/// the parent's last, it will never deliver the parent again. Also a parent never read, when
-/// the mapping has a record age limit (`aged`): if every record of it is older than the limit,
-/// the mapping dropped them all without a delivery, which leaves no row at all; its tail is
-/// read, and only the records already too old run (the engine's `read_tail`).
+/// the parent's last, it will never deliver the parent again. Also any closed parent not
+/// finished, when the mapping has a record age limit (`aged`): the records of its tail older
+/// than the limit the mapping dropped (or will) without a delivery, which leaves no mark (a
+/// parent never read: no row at all); its tail is read, and only the records already too old
+/// run unless the row proves trouble (the engine's `read_tail`).
 async fn troubled(
     store: &dyn CheckpointStore,
     child: &LeaseKey,
@@ -111,7 +112,7 @@ async fn troubled(
         return Ok(None);
     };
     let parent = LeaseKey::new(child.stream(), parent.as_str());
-    if aged && matches!(held, Held::NeverRead { .. }) {
+    if aged {
         return Ok(Some(parent));
     }
     let row = store.read(&parent).await?;

@@ -47,9 +47,10 @@
 //! rule, and 909 when every held child of a closed parent with a free lease recovered its tail:
 //! the extra ones were read from Kinesis in a child's invocation while the mapping still meant
 //! to deliver them. One exception: with a record age ([`Gate::maximum_record_age`]) under
-//! `TRIM_HORIZON`, a parent never read (no row, so no mark) may have been dropped whole for its
-//! age before its first delivery; its held child reads the parent from its start and runs only
-//! the records already older than the limit, which the mapping will never deliver. Every way the mapping can give up on a batch leaves a mark first (a failed or held batch reports; a claim marks its batch, so one the invocation died
+//! `TRIM_HORIZON`, the mapping drops a parent's records older than the limit without a
+//! delivery, which leaves no mark (a parent never read: no row at all); a held child then reads
+//! the parent's tail (from its start, never read) and runs only the records already older than
+//! the limit, which the mapping will never deliver. Every way the mapping can give up on a batch leaves a mark first (a failed or held batch reports; a claim marks its batch, so one the invocation died
 //! on counts; a batch turned away or refused is marked `contended`), except those the gap
 //! recovery does not cover either (see [`gap`](crate::gap)).
 //!
