@@ -18,7 +18,7 @@ use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
     Delivery, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
 };
-use kinesis_checkpoint::report::{Disposition, StopReason};
+use kinesis_checkpoint::report::{Disposition, ShardReport, StopReason};
 use kinesis_checkpoint::{BoxFuture, Handler, MemoryLeaseStore, Processor};
 use ledger::{MemoryBook, Order};
 
@@ -31,6 +31,31 @@ struct Tally {
     dead_lettered: usize,
     /// Records done (processed or dead-lettered), each once.
     done: HashSet<String>,
+}
+
+impl Tally {
+    /// Adds one shard's report, and those of the closed parents whose tails its invocation ran
+    /// first (parent tail recovery): their records are the parents', done in the child's
+    /// invocation.
+    fn add(&mut self, shard: &ShardReport) {
+        self.processed += shard.count(Disposition::Processed);
+        self.duplicates += shard.count(Disposition::Duplicate);
+        self.dead_lettered += shard.count(Disposition::DeadLettered);
+        if matches!(shard.stopped, Some((_, StopReason::Held(_)))) {
+            self.held += shard.records.len();
+        }
+        for record in &shard.records {
+            if matches!(
+                record.disposition,
+                Disposition::Processed | Disposition::DeadLettered
+            ) {
+                self.done.insert(record.position.to_string());
+            }
+        }
+        for parent in &shard.parents {
+            self.add(parent);
+        }
+    }
 }
 
 /// The processor as the local source's function, tallying every batch report.
@@ -53,20 +78,7 @@ impl<H: Handler> Function for Counted<H> {
                 .map_err(|error| InvocationError::Function(error.to_string()))?;
             let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
             for shard in &report.shards {
-                tally.processed += shard.count(Disposition::Processed);
-                tally.duplicates += shard.count(Disposition::Duplicate);
-                tally.dead_lettered += shard.count(Disposition::DeadLettered);
-                if matches!(shard.stopped, Some((_, StopReason::Held(_)))) {
-                    tally.held += shard.records.len();
-                }
-                for record in &shard.records {
-                    if matches!(
-                        record.disposition,
-                        Disposition::Processed | Disposition::DeadLettered
-                    ) {
-                        tally.done.insert(record.position.to_string());
-                    }
-                }
+                tally.add(shard);
             }
             Ok(report.response())
         })
