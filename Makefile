@@ -133,7 +133,7 @@ lint:
 publishable:
 	scripts/check-minimum-versions
 	scripts/check-dependent
-	cargo publish --dry-run --allow-dirty -p kinesis-checkpoint -p kinesis-checkpoint-cli
+	scripts/check-publish
 
 # The figures of BENCHMARKS.md. Criterion's warm-up and measurement times are shortened so the
 # whole run takes minutes; the release builds (host and arm64) dominate a cold run.
