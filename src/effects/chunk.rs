@@ -45,9 +45,7 @@ impl Room {
 #[non_exhaustive]
 pub enum TooLarge {
     /// More actions than a transaction holds beside the checkpoint's (99).
-    #[error(
-        "the record asks for {0} actions; a transaction holds 99 beside the checkpoint's"
-    )]
+    #[error("the record asks for {0} actions; a transaction holds 99 beside the checkpoint's")]
     Actions(usize),
     /// More bytes than a transaction holds beside the checkpoint's.
     #[error("the record's writes count {0} bytes; a transaction holds 4 MB with the checkpoint")]
@@ -71,7 +69,7 @@ pub(crate) fn next_chunk(records: &[Option<&Writes>], room: Room) -> Result<usiz
         let more_bytes = writes.bytes();
         let mut own: HashSet<&ItemId> = HashSet::new();
         let mut twice = None;
-        for write in writes.iter() {
+        for write in *writes {
             if !own.insert(write.item()) {
                 twice.get_or_insert(write.item());
             }
@@ -193,8 +191,13 @@ mod tests {
     #[test]
     fn a_record_that_breaks_a_limit_alone_is_refused_with_the_limit_it_breaks() {
         let many: Writes = (0..100).map(|i| update("t", &i.to_string(), 0)).collect();
-        assert_eq!(next_chunk(&[Some(&many)], ROOM), Err(TooLarge::Actions(100)));
-        let twice: Writes = [update("t", "a", 0), update("t", "a", 0)].into_iter().collect();
+        assert_eq!(
+            next_chunk(&[Some(&many)], ROOM),
+            Err(TooLarge::Actions(100))
+        );
+        let twice: Writes = [update("t", "a", 0), update("t", "a", 0)]
+            .into_iter()
+            .collect();
         let Err(TooLarge::SameItem(item)) = next_chunk(&[Some(&twice)], ROOM) else {
             panic!("two actions on one item");
         };

@@ -9,7 +9,7 @@
 //! neither does; a record whose writes did not land was not checkpointed, and runs again.
 //!
 //! A transaction holds at most 100 actions and 4 MB, and no two actions on one item
-//! ([`next_chunk`](chunk) cuts a batch's records into as few transactions as those limits
+//! (the engine cuts a batch's records into as few transactions as those limits
 //! allow, each moving the checkpoint to its last record). Each carries a `ClientRequestToken`
 //! made from the shard, the claim's fencing counter and the range of records, so the SDK's
 //! retry of a transaction whose answer was lost applies it once (`DynamoDB` remembers a token

@@ -247,7 +247,9 @@ impl<'a> Expr<'a> {
             self.expect(")")?;
             return Ok(holds);
         }
-        let first = self.next().ok_or_else(|| self.unsupported("it ends early"))?;
+        let first = self
+            .next()
+            .ok_or_else(|| self.unsupported("it ends early"))?;
         if first == "attribute_exists" || first == "attribute_not_exists" {
             self.expect("(")?;
             let name = self.path()?;
@@ -257,7 +259,9 @@ impl<'a> Expr<'a> {
         }
         self.at -= 1;
         let left = self.operand(item)?;
-        let operator = self.next().ok_or_else(|| self.unsupported("it ends early"))?;
+        let operator = self
+            .next()
+            .ok_or_else(|| self.unsupported("it ends early"))?;
         let right = self.operand(item)?;
         let ordering = match (&left, &right) {
             (Some(left), Some(right)) => compare(left, right),
@@ -276,7 +280,9 @@ impl<'a> Expr<'a> {
 
     /// A top-level attribute name, its `#placeholder` resolved.
     fn path(&mut self) -> Result<String, Unsupported> {
-        let token = self.next().ok_or_else(|| self.unsupported("it ends early"))?;
+        let token = self
+            .next()
+            .ok_or_else(|| self.unsupported("it ends early"))?;
         if self.peek().is_some_and(|t| t == "." || t == "[") {
             return Err(self.unsupported("a nested path"));
         }
@@ -358,9 +364,7 @@ impl<'a> Expr<'a> {
                             set.extend(new.into_iter().filter(|v| !old.contains(v)));
                             AttributeValue::Ss(set)
                         }
-                        (Some(old), new) => {
-                            self.arithmetic(Some(old.clone()), Some(new), false)?
-                        }
+                        (Some(old), new) => self.arithmetic(Some(old.clone()), Some(new), false)?,
                     };
                     item.insert(name, sum);
                     if !self.keyword(",") {
@@ -431,9 +435,7 @@ fn tokenize(text: &str) -> Vec<String> {
             }
         } else {
             let start = i;
-            while i < chars.len()
-                && !chars[i].is_whitespace()
-                && !"(),.[]=+-<>".contains(chars[i])
+            while i < chars.len() && !chars[i].is_whitespace() && !"(),.[]=+-<>".contains(chars[i])
             {
                 i += 1;
             }
@@ -507,7 +509,10 @@ mod tests {
         tables
             .apply(&[add("a", -10, Some("total >= :floor"))])
             .unwrap();
-        assert_eq!(tables.item(add("a", 0, None).item()).unwrap()["total"], n(-5));
+        assert_eq!(
+            tables.item(add("a", 0, None).item()).unwrap()["total"],
+            n(-5)
+        );
     }
 
     #[test]

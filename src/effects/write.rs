@@ -282,7 +282,10 @@ fn text_bytes(text: Option<&str>) -> usize {
 
 fn names_bytes(names: Option<&HashMap<String, String>>) -> usize {
     names.map_or(0, |names| {
-        names.iter().map(|(name, real)| name.len() + real.len()).sum()
+        names
+            .iter()
+            .map(|(name, real)| name.len() + real.len())
+            .sum()
     })
 }
 
@@ -450,7 +453,12 @@ mod tests {
 
     #[test]
     fn numbers_that_dynamodb_takes_for_one_are_one_key() {
-        for (a, b) in [("7", "007"), ("7", "7.00"), ("0", "-0.0"), ("-1.5", "-01.50")] {
+        for (a, b) in [
+            ("7", "007"),
+            ("7", "7.00"),
+            ("0", "-0.0"),
+            ("-1.5", "-01.50"),
+        ] {
             assert_eq!(canonical_number(a), canonical_number(b), "{a} and {b}");
         }
         assert_ne!(canonical_number("7"), canonical_number("70"));

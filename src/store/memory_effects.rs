@@ -40,7 +40,11 @@ impl MemoryLeaseStore {
     /// assert!(store.item("orders", &key).is_none());
     /// ```
     #[must_use]
-    pub fn item(&self, table: &str, key: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> Option<Item> {
+    pub fn item(
+        &self,
+        table: &str,
+        key: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+    ) -> Option<Item> {
         self.effects()
             .tables
             .item(&ItemId::new(table, key))

@@ -25,8 +25,7 @@ impl DynamoLeaseStore {
         transaction: &Transaction,
     ) -> Result<Transacted, LeaseError> {
         let row = key.to_string();
-        let request =
-            self.commit_request(key, owner, &transaction.commit, transaction.release);
+        let request = self.commit_request(key, owner, &transaction.commit, transaction.release);
         let input = request.as_input();
         let update = Update::builder()
             .table_name(&self.table)
@@ -52,9 +51,8 @@ impl DynamoLeaseStore {
             .client_request_token(&transaction.token)
             .send()
             .await;
-        let error = match sent {
-            Ok(_) => return Ok(Transacted::Committed),
-            Err(error) => error,
+        let Err(error) = sent else {
+            return Ok(Transacted::Committed);
         };
         if let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
             error.as_service_error()
@@ -67,9 +65,10 @@ impl DynamoLeaseStore {
             }
             let refused = (0..lease_action).find(|index| code(*index) == Some(CONDITION_FAILED));
             if let Some(action) = refused {
-                let reason = reasons[action]
-                    .message()
-                    .map_or_else(|| CONDITION_FAILED.to_owned(), |m| format!("{CONDITION_FAILED}: {m}"));
+                let reason = reasons[action].message().map_or_else(
+                    || CONDITION_FAILED.to_owned(),
+                    |m| format!("{CONDITION_FAILED}: {m}"),
+                );
                 return Ok(Transacted::Refused { action, reason });
             }
         }
