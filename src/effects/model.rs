@@ -477,7 +477,7 @@ mod tests {
         if let Some(condition) = condition {
             update = update
                 .condition_expression(condition)
-                .expression_attribute_values(":floor", n(0));
+                .expression_attribute_values(":floor", n(-amount));
         }
         Write::update(update.build().unwrap())
     }
@@ -505,13 +505,13 @@ mod tests {
         ]);
         assert_eq!(refused, Err(Refused::Condition(1)));
         assert!(tables.item(add("b", 0, None).item()).is_none());
-        // Holds on the item as it is: 5 >= 0.
+        // Holds on the item as it is: 5 >= 3.
         tables
-            .apply(&[add("a", -10, Some("total >= :floor"))])
+            .apply(&[add("a", -3, Some("total >= :floor"))])
             .unwrap();
         assert_eq!(
             tables.item(add("a", 0, None).item()).unwrap()["total"],
-            n(-5)
+            n(2)
         );
     }
 
