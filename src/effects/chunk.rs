@@ -168,7 +168,11 @@ mod tests {
             .map(|i| (i % 3 == 0).then(|| one("t", &i.to_string())))
             .collect();
         let refs: Vec<Option<&Writes>> = records.iter().map(Option::as_ref).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(297), "the 100th write, record 297, waits");
+        assert_eq!(
+            next_chunk(&refs, ROOM),
+            Ok(297),
+            "the 100th write, record 297, waits"
+        );
     }
 
     #[test]
