@@ -515,3 +515,44 @@ async fn over_moto_every_transaction_carries_a_request_token_of_its_own() {
     let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
     assert_eq!(distinct.len(), 3, "{tokens:?}");
 }
+
+/// What one steady-state batch of `size` records, one write each, costs in requests: the
+/// claim, then ⌈size / 99⌉ transactions (99 records' writes beside the checkpoint's action).
+#[tokio::test]
+async fn a_steady_state_batch_costs_the_claim_and_one_transaction_per_ninety_nine_records() {
+    let moto = Moto::start(true);
+    let (store, table, _, _) = moto_store(&moto).await;
+    let processor = Processor::transactional(
+        store.clone(),
+        orders(table, |n| n, OnConditionFailed::Retry),
+    );
+    processor
+        .process(batch(STREAM, SHARD, 0..1), &context("warm", 60_000))
+        .await
+        .unwrap();
+    let mut next = 1;
+    for size in [1, 99, 100, 1_000] {
+        moto.start_recording();
+        let response = processor
+            .process(
+                batch(STREAM, SHARD, next..next + size),
+                &context("steady", 60_000),
+            )
+            .await
+            .unwrap();
+        let requests = moto.stop_recording();
+        assert!(reported(&response).is_empty());
+        next += size;
+        let transactions = requests
+            .iter()
+            .filter(|target| *target == "DynamoDB_20120810.TransactWriteItems")
+            .count();
+        println!(
+            "batch of {size:>4} records, one write each: {} DynamoDB requests ({transactions} TransactWriteItems)",
+            requests.len()
+        );
+        assert_eq!(requests[0], "DynamoDB_20120810.UpdateItem", "the claim");
+        assert_eq!(requests.len(), 1 + transactions);
+        assert_eq!(u64::try_from(transactions).unwrap(), size.div_ceil(99));
+    }
+}
