@@ -2,6 +2,8 @@
 //! the memory store's tables and over moto's `DynamoDB` through the real SDK.
 
 mod common;
+#[path = "common/kpl.rs"]
+mod kpl_encoder;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -555,4 +557,195 @@ async fn a_steady_state_batch_costs_the_claim_and_one_transaction_per_ninety_nin
         assert_eq!(requests.len(), 1 + transactions);
         assert_eq!(u64::try_from(transactions).unwrap(), size.div_ceil(99));
     }
+}
+
+/// A layer that fails the `fail`-th transaction (counting from 0) with a store error.
+struct FailTransaction {
+    fail: usize,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl kinesis_checkpoint::store::Layer for FailTransaction {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: kinesis_checkpoint::store::Call<'a>,
+        next: kinesis_checkpoint::store::Next<'a, T>,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, kinesis_checkpoint::store::LeaseError>> {
+        use std::sync::atomic::Ordering;
+        if call.operation() == kinesis_checkpoint::store::Operation::Transact
+            && self.seen.fetch_add(1, Ordering::SeqCst) == self.fail
+        {
+            return Box::pin(async { Err("throttled (injected)".into()) });
+        }
+        next.run(call)
+    }
+}
+
+/// Record 0 plain, record 1 a KPL aggregate of 150 sub-records, record 2 plain; payloads
+/// `{"n": n}`, the sub-records' from 1000.
+fn with_an_aggregate() -> aws_lambda_events::event::kinesis::KinesisEvent {
+    use base64::Engine as _;
+    let datas: Vec<Vec<u8>> = (0..150)
+        .map(|i| {
+            serde_json::json!({ "n": 1000 + i })
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    let subs: Vec<(&str, &[u8])> = datas.iter().map(|d| ("key-a", d.as_slice())).collect();
+    let aggregate = kpl_encoder::aggregate(&subs);
+    let mut records = Vec::new();
+    for n in 0..3 {
+        let mut record =
+            common::lambda_record(STREAM, SHARD, n, "key-a", &serde_json::json!({ "n": n }));
+        if n == 1 {
+            record["kinesis"]["data"] = base64::engine::general_purpose::STANDARD
+                .encode(&aggregate)
+                .into();
+        }
+        records.push(record);
+    }
+    common::event(&records)
+}
+
+#[tokio::test]
+async fn kpl_sub_records_commit_in_chunks_that_end_inside_the_aggregate_and_resume_there() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    // The second transaction fails: the first one's checkpoint lies inside the aggregate.
+    let store = Arc::new(kinesis_checkpoint::store::Layered::new(
+        Arc::clone(&memory) as Arc<dyn CheckpointStore>,
+        FailTransaction {
+            fail: 1,
+            seen: std::sync::atomic::AtomicUsize::new(0),
+        },
+    ));
+    let processor = Processor::transactional(store, |record: Record| {
+        let n = n_of(&record);
+        std::future::ready(Effect::Commit(Writes::from(count_up(
+            "items",
+            &format!("item-{n}"),
+        ))))
+    });
+    let first = processor
+        .process_batch(with_an_aggregate(), &context("a", 60_000))
+        .await
+        .unwrap();
+    let shard = &first.shards[0];
+    let (stopped, reason) = shard
+        .stopped
+        .clone()
+        .expect("the second transaction failed");
+    assert_eq!(
+        stopped.to_string(),
+        sequence(1),
+        "the aggregate is reported"
+    );
+    assert!(
+        matches!(reason, StopReason::CheckpointFailed(_)),
+        "{reason:?}"
+    );
+    let checkpoint = shard.checkpoint.clone().expect("the first chunk moved it");
+    assert_eq!(
+        checkpoint.to_string(),
+        format!("{}/97", sequence(1)),
+        "record 0 and 98 sub-records"
+    );
+    assert_eq!(memory.items("items").len(), 99);
+
+    // Delivered again from the aggregate: the sub-records done are skipped, the rest commit.
+    let again = processor
+        .process_batch(with_an_aggregate(), &context("b", 60_000))
+        .await
+        .unwrap();
+    assert!(again.shards[0].stopped.is_none(), "{:?}", again.shards[0].stopped);
+    assert_eq!(again.shards[0].count(Disposition::Duplicate), 99);
+    let items = memory.items("items");
+    assert_eq!(items.len(), 152);
+    for item in &items {
+        assert_eq!(item["count"], AttributeValue::N("1".to_owned()), "{item:?}");
+    }
+    assert_eq!(checkpoint_of(memory.as_ref()).await, Some(sequence(2)));
+}
+
+#[tokio::test]
+async fn under_per_key_concurrency_a_record_done_above_a_failure_with_writes_runs_again_not_lost() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    // Record 2 (key-2) fails once; records of other keys above it are done meanwhile.
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let processor = Processor::transactional(store.clone(), move |record: Record| {
+        let n = n_of(&record);
+        let fail = n == 2 && !failed.swap(true, std::sync::atomic::Ordering::SeqCst);
+        std::future::ready(if fail {
+            Effect::Retry("busy".into())
+        } else {
+            Effect::Commit(Writes::from(count_up("items", &format!("item-{n}"))))
+        })
+    })
+    .concurrency(8);
+    let first = processor
+        .process_batch(batch(STREAM, SHARD, 0..7), &context("a", 60_000))
+        .await
+        .unwrap();
+    let shard = &first.shards[0];
+    assert_eq!(shard.stopped.clone().unwrap().0.to_string(), sequence(2));
+    assert_eq!(
+        store.items("items").len(),
+        2,
+        "only records 0 and 1, below the failure"
+    );
+    assert!(
+        store.snapshot()[&key()].done_above.is_empty(),
+        "records with writes are not remembered"
+    );
+    for record in &shard.records[3..] {
+        assert_eq!(record.disposition, Disposition::Uncheckpointed);
+    }
+    let again = processor
+        .process_batch(
+            common::redeliver_from(&batch(STREAM, SHARD, 0..7), &sequence(2)),
+            &context("b", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(again.shards[0].stopped.is_none());
+    let items = store.items("items");
+    assert_eq!(items.len(), 7);
+    for item in &items {
+        assert_eq!(item["count"], AttributeValue::N("1".to_owned()), "{item:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_refused_by_the_lease_writes_nothing_and_reports_the_batch() {
+    use kinesis_checkpoint::store::LeaseStore;
+    let store = Arc::new(MemoryLeaseStore::new());
+    let thief = Arc::clone(&store);
+    let processor = Processor::transactional(store.clone(), move |record: Record| {
+        let n = n_of(&record);
+        let thief = Arc::clone(&thief);
+        async move {
+            if n == 4 {
+                // Another owner takes the lease before the commit.
+                let key = key();
+                let owner = thief.snapshot()[&key].lease_owner.clone().unwrap();
+                thief.release(&key, &owner).await.unwrap();
+                assert!(
+                    thief
+                        .acquire(&key, "thief", std::time::Duration::from_secs(30))
+                        .await
+                        .unwrap()
+                );
+            }
+            Effect::Commit(Writes::from(count_up("items", &format!("item-{n}"))))
+        }
+    });
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..5), &context("a", 60_000))
+        .await
+        .unwrap();
+    let (stopped, reason) = report.shards[0].stopped.clone().unwrap();
+    assert_eq!(stopped.to_string(), sequence(0));
+    assert_eq!(reason, StopReason::CheckpointFenced);
+    assert!(store.items("items").is_empty(), "nothing without the lease");
+    assert_eq!(checkpoint_of(store.as_ref()).await, None);
 }

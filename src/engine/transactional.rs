@@ -145,8 +145,9 @@ pub(crate) async fn commit<H: Handler>(
             %reason,
             "could not commit the records' writes with the checkpoint; reporting from the first record not committed"
         );
-        if !chunk.is_last {
-            // The lease was kept for the next chunk: let it go (it lapses by itself otherwise).
+        if matches!(reason, StopReason::CheckpointFailed(_)) {
+            // The lease is still ours (kept for the next chunk, or the last one's release
+            // did not land): let it go, so that the redelivery need not wait for it to lapse.
             release(runner, key, owner).await;
         }
         let Dispatched {
