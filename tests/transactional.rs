@@ -657,7 +657,11 @@ async fn kpl_sub_records_commit_in_chunks_that_end_inside_the_aggregate_and_resu
         .process_batch(with_an_aggregate(), &context("b", 60_000))
         .await
         .unwrap();
-    assert!(again.shards[0].stopped.is_none(), "{:?}", again.shards[0].stopped);
+    assert!(
+        again.shards[0].stopped.is_none(),
+        "{:?}",
+        again.shards[0].stopped
+    );
     assert_eq!(again.shards[0].count(Disposition::Duplicate), 99);
     let items = memory.items("items");
     assert_eq!(items.len(), 152);

@@ -47,6 +47,10 @@ const MOMENT: Duration = Duration::from_secs(10);
 ///   `release`, so a lease lost between the two leaves the (true) checkpoint written;
 ///   [`commit_rows`](CheckpointStore::commit_rows) takes, writes and releases each row in turn
 ///   and cannot compare counters, so it does not detect a concurrent delivery of the same key.
+/// - **transactions**: `transact` is refused with
+///   [`NoTransactions`]: five methods cannot commit a record's writes with the checkpoint, so a
+///   transactional processor over such a store reports its records instead of writing them
+///   apart from it (feature `dynamodb`).
 /// - **`requests`**: not counted (`None`).
 ///
 /// `read` and `read_rows` return whatever the inner store's `read` returns: a store that keeps
