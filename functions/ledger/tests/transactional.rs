@@ -45,6 +45,10 @@ fn n(item: &HashMap<String, AttributeValue>, name: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end run, its steps in order"
+)]
 async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint() {
     let moto = Moto::shared();
     let config = moto.sdk_config(3).await;
