@@ -98,6 +98,8 @@
 pub mod aws_error;
 pub mod clock;
 pub mod dead_letter;
+#[cfg(feature = "dynamodb")]
+pub mod effects;
 mod engine;
 pub mod event;
 pub mod gap;

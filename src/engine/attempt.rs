@@ -31,7 +31,16 @@ pub(crate) struct Runner<'a, H> {
     pub(crate) settings: &'a Settings<H>,
     pub(crate) invocation: &'a Invocation,
     pub(crate) lease: &'a LeaseWatch,
+    /// Where the writes of a transactional handler's records go until the commit, by record;
+    /// `None` where nothing commits them (the partition-key mode).
+    #[cfg(feature = "dynamodb")]
+    pub(crate) staged: Option<&'a Staged>,
 }
+
+/// The writes staged by a transactional handler, by record.
+#[cfg(feature = "dynamodb")]
+pub(crate) type Staged =
+    std::sync::Mutex<std::collections::BTreeMap<Position, crate::effects::Writes>>;
 
 impl<H: Handler> Runner<'_, H> {
     /// Runs one record, unless something says the shard must stop before it. A record that
@@ -51,6 +60,7 @@ impl<H: Handler> Runner<'_, H> {
             settings,
             invocation,
             lease,
+            ..
         } = self;
         let record = match entry {
             Entry::Record(record) => record,
@@ -79,8 +89,12 @@ impl<H: Handler> Runner<'_, H> {
             return Err(StopReason::Deadline);
         }
         let stop_at = time_left.map(|left| now.saturating_add(millis(left)));
-        let (reason, rejected) = match self.call(record.clone(), stop_at).await {
+        let (called, writes) = self.call_staging(record, stop_at).await;
+        let (reason, rejected) = match called {
             Ok(Outcome::Ack) => {
+                if let Some(reason) = self.keep(record, writes) {
+                    return self.failed(record, reason, false, failing).await;
+                }
                 failing.succeeded(record);
                 return Ok(Disposition::Processed);
             }
@@ -102,9 +116,58 @@ impl<H: Handler> Runner<'_, H> {
         self.failed(record, reason, rejected, failing).await
     }
 
+    /// Calls the handler; a transactional one's writes come back beside its outcome.
+    #[cfg(feature = "dynamodb")]
+    async fn call_staging(
+        &self,
+        record: &Record,
+        stop_at: Option<u64>,
+    ) -> (Result<Outcome, StopReason>, Option<crate::effects::Writes>) {
+        if self.settings.transactional {
+            crate::effects::staging(self.call(record.clone(), stop_at)).await
+        } else {
+            (self.call(record.clone(), stop_at).await, None)
+        }
+    }
+
+    /// Calls the handler.
+    #[cfg(not(feature = "dynamodb"))]
+    async fn call_staging(
+        &self,
+        record: &Record,
+        stop_at: Option<u64>,
+    ) -> (Result<Outcome, StopReason>, Option<()>) {
+        (self.call(record.clone(), stop_at).await, None)
+    }
+
+    /// Keeps the writes of a done `record` for the commit; or, where nothing would commit
+    /// them, says why the record is not done (its writes are never dropped).
+    #[cfg(feature = "dynamodb")]
+    fn keep(&self, record: &Record, writes: Option<crate::effects::Writes>) -> Option<StopReason> {
+        let writes = writes?;
+        let Some(staged) = self.staged else {
+            return Some(StopReason::Retry(
+                "this mode cannot commit a transactional handler's writes with its checkpoint"
+                    .to_owned(),
+            ));
+        };
+        staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(record.position(), writes);
+        None
+    }
+
+    /// Nothing to keep without transactions.
+    #[cfg(not(feature = "dynamodb"))]
+    #[allow(clippy::unused_self, reason = "the same call as with transactions")]
+    const fn keep(&self, _: &Record, _: Option<()>) -> Option<StopReason> {
+        None
+    }
+
     /// Counts a failure of `record` and dead-letters it when it was `rejected` or is out of
     /// attempts (and a sink is set); otherwise the shard stops there.
-    async fn failed(
+    pub(crate) async fn failed(
         &self,
         record: &Record,
         reason: StopReason,

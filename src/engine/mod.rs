@@ -15,6 +15,7 @@
 //! | `ordered` | sequential dispatch |
 //! | `keyed` | per-key dispatch |
 //! | `recovery` | records the mapping skipped, read and put before the batch |
+//! | `transactional` | a transactional handler's writes committed with the checkpoint, in chunks |
 //! | `shard` | the shard mode: lease, gate, keep-alive, one checkpoint write |
 //! | `partition_key` | the partition-key mode: a row per key |
 //!
@@ -31,6 +32,8 @@ mod partition_key;
 mod recovery;
 mod settings;
 mod shard;
+#[cfg(feature = "dynamodb")]
+mod transactional;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use lambda_runtime::Context;

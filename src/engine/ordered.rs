@@ -25,6 +25,14 @@ pub(crate) struct Dispatched {
     pub(crate) done_above: Vec<Position>,
 }
 
+/// What the last write of a shard's invocation leaves: the records' dispositions, the record
+/// to report and the checkpoint written.
+pub(crate) type Committed = (
+    Vec<Disposition>,
+    Option<(usize, StopReason)>,
+    Option<Position>,
+);
+
 /// Runs the handler over `pending` in order until a record is not done, dead-lettering the
 /// records that can never be, and skipping those the row remembers as done above the
 /// checkpoint. With per-key concurrency, [`keyed::dispatch`](super::keyed::dispatch) does it.
@@ -70,5 +78,33 @@ pub(crate) async fn dispatch<H: Handler>(
         stopped: None,
         failing: failing.change,
         done_above: Vec::new(),
+    }
+}
+
+/// Marks the records from `from` on whose effect happened in this invocation (processed, or
+/// dead-lettered) as not recorded, since the write that was to record them failed or was
+/// refused, and returns the record to report: the first of them, or a lower one already
+/// reported (per-key concurrency), or Lambda would skip it.
+pub(crate) fn unrecorded(
+    dispositions: &mut [Disposition],
+    from: usize,
+    stopped: Option<(usize, StopReason)>,
+    reason: StopReason,
+) -> Option<(usize, StopReason)> {
+    // A record dead-lettered here is in the sink, but with the checkpoint behind it Lambda
+    // would move past it while the row never does: a closed shard would never be found
+    // exhausted and its children would wait forever. It is reported like a processed one,
+    // and dead-lettered again on redelivery.
+    let mut first = None;
+    for (index, disposition) in dispositions.iter_mut().enumerate().skip(from) {
+        if disposition.runs_again_unrecorded() {
+            *disposition = Disposition::Uncheckpointed;
+            first.get_or_insert(index);
+        }
+    }
+    match (first, stopped) {
+        (Some(first), Some((index, stop))) if index < first => Some((index, stop)),
+        (Some(first), _) => Some((first, reason)),
+        (None, stopped) => stopped,
     }
 }

@@ -176,6 +176,8 @@ pub(crate) async fn run_shard<H: Handler>(
         settings,
         invocation,
         lease: &lease,
+        #[cfg(feature = "dynamodb")]
+        staged: None,
     };
     let mut run = keyed::run(&runner, &entries, &known, &is_done, 0, limits).await;
 

@@ -116,6 +116,9 @@ pub(crate) struct Settings<H> {
     pub(crate) key_ttl: Duration,
     pub(crate) meter: Option<Arc<Meter>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The handler stages `DynamoDB` writes ([`Processor::transactional`](crate::Processor::transactional)):
+    /// each is committed with the checkpoint, in transactions.
+    pub(crate) transactional: bool,
 }
 
 impl<H> Settings<H> {
@@ -137,6 +140,7 @@ impl<H> Settings<H> {
             key_ttl: DEFAULT_KEY_TTL,
             meter: None,
             clock: clock::system(),
+            transactional: false,
         }
     }
 }
@@ -159,6 +163,7 @@ impl<H> Clone for Settings<H> {
             key_ttl: self.key_ttl,
             meter: self.meter.clone(),
             clock: Arc::clone(&self.clock),
+            transactional: self.transactional,
         }
     }
 }

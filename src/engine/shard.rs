@@ -11,9 +11,11 @@ use super::attempt::Runner;
 use super::batch::{Entry, ShardBatch, prior, settled, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed;
-use super::ordered::{self, Dispatched};
+use super::ordered::{self, Committed, Dispatched};
 use super::recovery::{self, Recovery, Tail, recover};
 use super::settings::Settings;
+#[cfg(feature = "dynamodb")]
+use super::transactional;
 use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
@@ -141,10 +143,14 @@ async fn run_shard_at<H: Handler>(
     let runnable = cut.map_or(pending.len(), |cut| cut.saturating_sub(skipped));
 
     // Dispatch, with the lease renewed in the background while it runs.
+    #[cfg(feature = "dynamodb")]
+    let staged = super::attempt::Staged::default();
     let runner = Runner {
         settings,
         invocation,
         lease: &lease,
+        #[cfg(feature = "dynamodb")]
+        staged: Some(&staged),
     };
     let failing = state.failing.clone();
     let dispatching = async {
@@ -169,46 +175,40 @@ async fn run_shard_at<H: Handler>(
         recovery::stop_at_unread(&mut dispatched, runnable, pending.len());
     }
 
-    // Checkpoint and release in one conditional write. An aggregate whose last sub-record
-    // is done is checkpointed whole: `checkpoint` names records done whole, and a parent
-    // ending in it is then exhausted at it.
-    let progress = dispatched
-        .done_through
-        .clone()
-        .map(|done| settled(&entries, done))
-        .filter(|done| checkpoint.as_ref().is_none_or(|c| done > c));
-    let below = progress.as_ref().map_or(Below::Keep, |progress| {
-        Below::of(progress, prior(&entries, progress), &state)
-    });
-    let done_above = keyed::remembered(
-        &state.done_above,
-        &dispatched.done_above,
-        progress.as_ref().or(checkpoint.as_ref()),
-    );
-    let remember = crate::gap::after_run(
-        &state,
-        progress.as_ref().or(checkpoint.as_ref()),
-        dispatched
-            .stopped
-            .as_ref()
-            .map(|(index, _)| pending[*index].position()),
-    );
-    let (dispositions, stopped) = commit(
-        settings.store.as_ref(),
-        &key,
-        owner,
-        (progress.as_ref(), below),
-        (parent_shards, remember),
-        done_above,
-        dispatched,
-    )
-    .await;
-    if stopped
-        .as_ref()
-        .is_none_or(|(_, reason)| !reason.is_checkpoint_failure())
-    {
-        report.checkpoint = progress;
-    }
+    // Checkpoint and release in one conditional write; with a transactional handler, the
+    // records' writes with it, in as many transactions as the limits ask for (see
+    // `transactional`).
+    let last = |dispatched: &Dispatched| {
+        last_write(
+            &entries,
+            pending,
+            (&state, checkpoint.as_ref()),
+            &parent_shards,
+            dispatched,
+        )
+    };
+    #[cfg(feature = "dynamodb")]
+    let (dispositions, stopped, checkpointed) = if settings.transactional {
+        let staged = std::mem::take(
+            &mut *staged
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let shard = transactional::Shard {
+            key: &key,
+            owner,
+            state: &state,
+            entries: &entries,
+            pending,
+        };
+        transactional::commit(&runner, &shard, staged, dispatched, &last).await
+    } else {
+        commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await
+    };
+    #[cfg(not(feature = "dynamodb"))]
+    let (dispositions, stopped, checkpointed) =
+        commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await;
+    report.checkpoint = checkpointed;
 
     records.extend(
         pending
@@ -453,35 +453,68 @@ pub(crate) async fn release(
     }
 }
 
-/// Writes `progress` and what to remember of the failing record, and releases the lease, in
-/// one write. When the write is refused or fails, the
-/// records processed here are not recorded: they are marked so and the first of them is
-/// reported, since Lambda must deliver them again.
-async fn commit(
-    store: &dyn CheckpointStore,
-    key: &LeaseKey,
-    owner: &str,
-    (progress, below): (Option<&Position>, Below),
-    (parent_shards, reported): (Vec<String>, ReportedChange),
-    done_above: Option<Vec<Position>>,
-    dispatched: Dispatched,
-) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
-    let Dispatched {
-        mut dispositions,
-        stopped,
-        failing,
-        ..
-    } = dispatched;
+/// What the last write of an invocation carries, given what dispatch did: the checkpoint
+/// (an aggregate whose last sub-record is done is checkpointed whole: `checkpoint` names
+/// records done whole, and a parent ending in it is then exhausted at it), the record below
+/// it, the failing record, the parents just learnt, the records done above it and the
+/// reported record. The first is the new checkpoint, when it moved.
+pub(crate) fn last_write(
+    entries: &[Entry],
+    pending: &[Entry],
+    (state, checkpoint): (&LeaseState, Option<&Position>),
+    parent_shards: &[String],
+    dispatched: &Dispatched,
+) -> (Option<Position>, Commit) {
+    let progress = dispatched
+        .done_through
+        .clone()
+        .map(|done| settled(entries, done))
+        .filter(|done| checkpoint.is_none_or(|c| done > c));
+    let below = progress.as_ref().map_or(Below::Keep, |progress| {
+        Below::of(progress, prior(entries, progress), state)
+    });
+    let done_above = keyed::remembered(
+        &state.done_above,
+        &dispatched.done_above,
+        progress.as_ref().or(checkpoint),
+    );
+    let reported = crate::gap::after_run(
+        state,
+        progress.as_ref().or(checkpoint),
+        dispatched
+            .stopped
+            .as_ref()
+            .map(|(index, _)| pending[*index].position()),
+    );
     let commit = Commit {
-        checkpoint: progress.cloned(),
+        checkpoint: progress.clone(),
         below,
-        failing,
-        parent_shards,
+        failing: dispatched.failing.clone(),
+        parent_shards: parent_shards.to_vec(),
         done_above,
         reported,
     };
+    (progress, commit)
+}
+
+/// Writes the last write ([`last_write`]) and releases the lease, in one write. When the
+/// write is refused or fails, the records processed here are not recorded: they are marked so
+/// and the first of them is reported, since Lambda must deliver them again.
+async fn commit_plain(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    owner: &str,
+    dispatched: Dispatched,
+    last: &(dyn Fn(&Dispatched) -> (Option<Position>, Commit) + Sync),
+) -> Committed {
+    let (progress, commit) = last(&dispatched);
+    let Dispatched {
+        mut dispositions,
+        stopped,
+        ..
+    } = dispatched;
     let reason = match store.commit(key, owner, &commit).await {
-        Ok(true) => return (dispositions, stopped),
+        Ok(true) => return (dispositions, stopped, progress),
         Ok(false) => StopReason::CheckpointFenced,
         Err(error) => StopReason::CheckpointFailed(error.to_string()),
     };
@@ -492,34 +525,17 @@ async fn commit(
             .any(Disposition::runs_again_unrecorded)
     {
         tracing::warn!(%reason, "could not release the lease; it lapses by itself");
-        return (dispositions, stopped);
+        return (dispositions, stopped, None);
     }
     tracing::error!(
         stream = key.stream(),
         shard = key.shard(),
-        checkpoint = progress.map(tracing::field::display),
+        checkpoint = progress.as_ref().map(tracing::field::display),
         %reason,
         "could not checkpoint; reporting from the first record processed in this invocation"
     );
-    // A record dead-lettered here is in the sink, but with the checkpoint behind it Lambda
-    // would move past it while the row never does: a closed shard would never be found
-    // exhausted and its children would wait forever. It is reported like a processed one,
-    // and dead-lettered again on redelivery.
-    let mut first = None;
-    for (index, disposition) in dispositions.iter_mut().enumerate() {
-        if disposition.runs_again_unrecorded() {
-            *disposition = Disposition::Uncheckpointed;
-            first.get_or_insert(index);
-        }
-    }
-    // Under per-key concurrency a record that failed may lie below the first one processed:
-    // the lower of the two is reported, or Lambda would skip it.
-    let stopped = match (first, stopped) {
-        (Some(first), Some((index, stop))) if index < first => Some((index, stop)),
-        (Some(first), _) => Some((first, reason)),
-        (None, stopped) => stopped,
-    };
-    (dispositions, stopped)
+    let stopped = ordered::unrecorded(&mut dispositions, 0, stopped, reason);
+    (dispositions, stopped, None)
 }
 
 /// Renews the lease every third of its TTL; marks it lost when a renew is refused, and

@@ -13,6 +13,8 @@
 //! configuration, for a function that branches at start-up.
 
 mod mode;
+#[cfg(feature = "dynamodb")]
+mod transactional;
 
 use std::fmt;
 use std::future::Future;
@@ -38,6 +40,8 @@ use crate::metrics::{Meter, Metrics};
 use crate::report::BatchReport;
 
 pub use self::mode::{CheckpointMode, PartitionKeyMode, ShardMode};
+#[cfg(feature = "dynamodb")]
+pub use self::transactional::{Effect, Transactional, TransactionalHandler};
 
 /// Runs a [`Handler`] over Lambda's Kinesis batches, effectively once per record.
 ///

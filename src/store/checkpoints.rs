@@ -138,6 +138,74 @@ impl KeyCommit {
     }
 }
 
+/// One transaction of [`CheckpointStore::transact`]: records' writes and the lease row's
+/// update, committed together or not at all.
+///
+/// ```
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::{Commit, Transaction};
+///
+/// let mut commit = Commit::default();
+/// commit.checkpoint = Some(Position::record("42".parse()?));
+/// let transaction = Transaction::new(commit, false, Vec::new(), "kc-token".to_owned());
+/// assert!(!transaction.release && transaction.writes.is_empty());
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
+/// ```
+#[cfg(feature = "dynamodb")]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Transaction {
+    /// What the lease row's action writes, every field as [`CheckpointStore::commit`] writes
+    /// it: for a chunk before the last, the checkpoint at its last record; for the last, all
+    /// the invocation's last write carries.
+    pub commit: Commit,
+    /// Whether the lease is released with it (the invocation's last write) or kept (another
+    /// chunk follows).
+    pub release: bool,
+    /// The records' writes, in order; [`Transacted::Refused`] names one by its index here.
+    pub writes: Vec<crate::effects::Write>,
+    /// The `ClientRequestToken`: the same for a retry of this transaction, so that it applies
+    /// once.
+    pub token: String,
+}
+
+#[cfg(feature = "dynamodb")]
+impl Transaction {
+    /// A transaction of `writes` and `commit`, releasing the lease when `release`.
+    #[must_use]
+    pub const fn new(
+        commit: Commit,
+        release: bool,
+        writes: Vec<crate::effects::Write>,
+        token: String,
+    ) -> Self {
+        Self {
+            commit,
+            release,
+            writes,
+            token,
+        }
+    }
+}
+
+/// What became of a [`Transaction`].
+#[cfg(feature = "dynamodb")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transacted {
+    /// Everything landed.
+    Committed,
+    /// The lease is no longer ours: nothing landed.
+    Fenced,
+    /// The write at `action` (an index of [`Transaction::writes`]) was refused by its own
+    /// condition: nothing landed.
+    Refused {
+        /// The write's index.
+        action: usize,
+        /// What the store said (`ConditionalCheckFailed`).
+        reason: String,
+    },
+}
+
 /// What [`CheckpointStore::acquire_and_read`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -270,6 +338,21 @@ pub trait CheckpointStore: Send + Sync + 'static {
         key: &'a LeaseKey,
         first: &'a Position,
     ) -> BoxFuture<'a, Result<(), LeaseError>>;
+
+    /// Commits `transaction` in one step: its writes, and its [`Commit`] on the lease row on
+    /// condition that `owner` holds the lease (releasing it when
+    /// [`release`](Transaction::release)), all or nothing. A retry with the same
+    /// [`token`](Transaction::token) must not apply the writes twice.
+    ///
+    /// `Ok(Fenced)` and `Ok(Refused)` wrote nothing; `Err` is for the store failing, or for a
+    /// store that cannot commit writes with the checkpoint at all (it says so in its error).
+    #[cfg(feature = "dynamodb")]
+    fn transact<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a Transaction,
+    ) -> BoxFuture<'a, Result<Transacted, LeaseError>>;
 
     /// How many requests this store has sent to its backend since it was made, or `None` when
     /// it does not count them. The processor's [metrics](crate::Processor::metrics) report the

@@ -49,6 +49,9 @@ pub struct MemoryLeaseStore {
     rows: Mutex<HashMap<LeaseKey, LeaseState>>,
     /// What lease expiries are written and judged by.
     clock: Arc<dyn Clock>,
+    /// The tables a transactional handler's writes land in, and the request tokens seen.
+    #[cfg(feature = "dynamodb")]
+    effects: Mutex<effects::Effects>,
 }
 
 impl Default for MemoryLeaseStore {
@@ -93,6 +96,8 @@ impl MemoryLeaseStore {
         Self {
             rows: Mutex::default(),
             clock,
+            #[cfg(feature = "dynamodb")]
+            effects: Mutex::default(),
         }
     }
 
@@ -153,6 +158,34 @@ impl MemoryLeaseStore {
     fn write_position(row: &mut LeaseState, position: &Position, below: &Below) {
         RowForm::new(position, below).apply(row);
         row.lease_counter += 1;
+    }
+
+    /// Writes every field of `commit` into `row`, and frees the lease when `release`.
+    fn write_commit(row: &mut LeaseState, commit: &Commit, release: bool) {
+        if let Some(position) = &commit.checkpoint {
+            Self::write_position(row, position, &commit.below);
+        }
+        match &commit.failing {
+            FailingChange::Keep => {}
+            FailingChange::Set(failing) => row.failing = Some(failing.clone()),
+            FailingChange::Clear => row.failing = None,
+        }
+        if !commit.parent_shards.is_empty() {
+            row.parent_shards.clone_from(&commit.parent_shards);
+        }
+        if let Some(done_above) = &commit.done_above {
+            row.done_above.clone_from(done_above);
+        }
+        match &commit.reported {
+            ReportedChange::Keep => {}
+            ReportedChange::Set(position) => row.reported = Some(position.clone()),
+            ReportedChange::Clear => row.reported = None,
+        }
+        if release {
+            Self::free(row);
+        } else {
+            row.lease_counter += 1;
+        }
     }
 
     fn free(row: &mut LeaseState) {
@@ -291,26 +324,7 @@ impl CheckpointStore for MemoryLeaseStore {
             Ok(self.with_row(key, |row| {
                 let ours = Self::owned_by(row, owner);
                 if ours {
-                    if let Some(position) = &commit.checkpoint {
-                        Self::write_position(row, position, &commit.below);
-                    }
-                    match &commit.failing {
-                        FailingChange::Keep => {}
-                        FailingChange::Set(failing) => row.failing = Some(failing.clone()),
-                        FailingChange::Clear => row.failing = None,
-                    }
-                    if !commit.parent_shards.is_empty() {
-                        row.parent_shards.clone_from(&commit.parent_shards);
-                    }
-                    if let Some(done_above) = &commit.done_above {
-                        row.done_above.clone_from(done_above);
-                    }
-                    match &commit.reported {
-                        ReportedChange::Keep => {}
-                        ReportedChange::Set(position) => row.reported = Some(position.clone()),
-                        ReportedChange::Clear => row.reported = None,
-                    }
-                    Self::free(row);
+                    Self::write_commit(row, commit, true);
                 }
                 ours
             }))
@@ -373,6 +387,16 @@ impl CheckpointStore for MemoryLeaseStore {
                 .map(|key| rows.get(key).cloned().unwrap_or_default())
                 .collect())
         })
+    }
+
+    #[cfg(feature = "dynamodb")]
+    fn transact<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a crate::store::Transaction,
+    ) -> BoxFuture<'a, Result<crate::store::Transacted, LeaseError>> {
+        Box::pin(async move { self.transact_now(key, owner, transaction) })
     }
 
     fn requests(&self) -> Option<u64> {
@@ -493,6 +517,10 @@ impl MemoryLeaseStore {
         }))
     }
 }
+
+#[cfg(feature = "dynamodb")]
+#[path = "memory_effects.rs"]
+mod effects;
 
 #[cfg(test)]
 #[path = "memory_tests.rs"]

@@ -47,6 +47,10 @@ const MOMENT: Duration = Duration::from_secs(10);
 ///   `release`, so a lease lost between the two leaves the (true) checkpoint written;
 ///   [`commit_rows`](CheckpointStore::commit_rows) takes, writes and releases each row in turn
 ///   and cannot compare counters, so it does not detect a concurrent delivery of the same key.
+/// - **transactions**: `transact` is refused with
+///   [`NoTransactions`]: five methods cannot commit a record's writes with the checkpoint, so a
+///   transactional processor over such a store reports its records instead of writing them
+///   apart from it (feature `dynamodb`).
 /// - **`requests`**: not counted (`None`).
 ///
 /// `read` and `read_rows` return whatever the inner store's `read` returns: a store that keeps
@@ -281,7 +285,42 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
         Box::pin(async { Ok(()) })
     }
 
+    #[cfg(feature = "dynamodb")]
+    fn transact<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a super::checkpoints::Transaction,
+    ) -> BoxFuture<'a, Result<super::checkpoints::Transacted, LeaseError>> {
+        // Five methods cannot commit anything with the checkpoint: refuse rather than write
+        // the records' effects apart from it.
+        let _ = (owner, transaction);
+        let error = NoTransactions {
+            row: key.to_string(),
+        };
+        Box::pin(async move { Err(Box::new(error) as LeaseError) })
+    }
+
     fn requests(&self) -> Option<u64> {
         None
     }
+}
+
+/// A transactional processor over a [`SeedStore`]: a store of the seed crate's five methods
+/// cannot commit a record's writes with the checkpoint, so nothing is written.
+///
+/// ```
+/// use kinesis_checkpoint::store::NoTransactions;
+///
+/// let error = NoTransactions { row: "orders:shardId-000000000000".into() };
+/// assert!(error.to_string().contains("five methods"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the store of row '{row}' has only the seed crate's five methods, which cannot commit a \
+     record's writes with the checkpoint; use MemoryLeaseStore or DynamoLeaseStore"
+)]
+pub struct NoTransactions {
+    /// The row the transaction was for.
+    pub row: String,
 }

@@ -111,6 +111,36 @@ impl Moto {
             .collect()
     }
 
+    /// Stops the recorder and returns, for every request it saw, its `X-Amz-Target` and its
+    /// body as text.
+    pub fn stop_recording_bodies(&self) -> Vec<(String, String)> {
+        use base64::Engine as _;
+        self.control("POST", "/moto-api/recorder/stop-recording");
+        let text = std::fs::read_to_string(&self.recording).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .map(|entry| {
+                let headers = entry["headers"].as_object().cloned().unwrap_or_default();
+                let target = headers
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case("x-amz-target"))
+                    .and_then(|(_, value)| value.as_str())
+                    .unwrap_or("(no target)")
+                    .to_owned();
+                let body = entry["body"].as_str().unwrap_or_default();
+                let body = if entry["body_encoded"].as_bool() == Some(true) {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(body)
+                        .unwrap_or_default();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                } else {
+                    body.to_owned()
+                };
+                (target, body)
+            })
+            .collect()
+    }
+
     fn control(&self, method: &str, path: &str) {
         let (status, body) = http::request(method, &format!("{}{path}", self.endpoint), b"")
             .expect("moto's control API answers");

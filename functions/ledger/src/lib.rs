@@ -22,6 +22,8 @@
 //!
 //! A payload that is not such JSON, or has an empty `order_id`, is rejected too.
 
+pub mod transactional;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -9,7 +9,9 @@
 //! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_DYNAMODB`,
 //! `AWS_ENDPOINT_URL_SQS` and `AWS_ENDPOINT_URL_KINESIS` one service each, as `make local-up`
 //! does), and `AWS_LAMBDA_MAX_CONCURRENCY` (set by Lambda Managed Instances: how many
-//! invocations run at once in this process; unset or 1, one at a time).
+//! invocations run at once in this process; unset or 1, one at a time), and `LEDGER_MODE`
+//! (`plain`, the default; `transactional` commits each order's update with the checkpoint in
+//! one `TransactWriteItems`, exactly once: see `ledger::transactional`; shard mode only).
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use kinesis_checkpoint::{
     DynamoLeaseStore, Gate, Handler, KinesisTopology, Metrics, Mode, Processor, SqsDeadLetters,
     StartingPosition,
 };
+use ledger::transactional::LedgerMode;
 use ledger::{DynamoBook, required};
 
 #[tokio::main]
@@ -26,15 +29,28 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ledger::init_logging();
     let config = aws_config::load_from_env().await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
-    let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
-    let handler = ledger::handler(book);
+    let table = required("LEDGER_TABLE")?;
+    let book = Arc::new(DynamoBook::new(&config, table.clone()));
+    let ledger_mode = LedgerMode::from_env()?;
+    let handler = ledger::handler(Arc::clone(&book));
     let mode: Mode =
         std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
     // The mode is the builder's type: the branch is taken once, here, and the settings both
     // modes share are applied by one function.
-    match mode {
-        Mode::Shard => run(Processor::new(leases, handler), &config).await,
-        Mode::PartitionKey => run(Processor::by_partition_key(leases, handler), &config).await,
+    match (mode, ledger_mode) {
+        (Mode::Shard, LedgerMode::Plain) => run(Processor::new(leases, handler), &config).await,
+        (Mode::Shard, LedgerMode::Transactional) => {
+            let handler = ledger::transactional::handler(book, table);
+            run(Processor::transactional(leases, handler), &config).await
+        }
+        (Mode::PartitionKey, LedgerMode::Plain) => {
+            run(Processor::by_partition_key(leases, handler), &config).await
+        }
+        (Mode::PartitionKey, LedgerMode::Transactional) => Err(
+            "LEDGER_MODE=transactional commits with the shard's checkpoint: it needs \
+             CHECKPOINT_MODE=shard (ParallelizationFactor 1)"
+                .into(),
+        ),
     }
 }
 

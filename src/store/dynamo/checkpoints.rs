@@ -84,47 +84,7 @@ impl CheckpointStore for DynamoLeaseStore {
         commit: &'a Commit,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let mut clauses = Clauses::default();
-            let mut request = self.update(&key.to_string());
-            if let Some(position) = &commit.checkpoint {
-                request = set_position(request, &mut clauses, position, &commit.below);
-            }
-            request = set_failing(request, &mut clauses, &commit.failing);
-            if !commit.parent_shards.is_empty() {
-                clauses.set.push("parent_shards = :parents");
-                request = request.expression_attribute_values(
-                    ":parents",
-                    AttributeValue::Ss(commit.parent_shards.clone()),
-                );
-            }
-            match commit.done_above.as_deref() {
-                None => {}
-                // A string set cannot be empty: an empty one is removed.
-                Some([]) => clauses.remove.push(DONE_ABOVE),
-                Some(done_above) => {
-                    clauses.set.push("done_above = :done_above");
-                    request = request.expression_attribute_values(
-                        ":done_above",
-                        AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
-                    );
-                }
-            }
-            match &commit.reported {
-                ReportedChange::Keep => {}
-                ReportedChange::Clear => clauses.remove.push(REPORTED),
-                ReportedChange::Set(position) => {
-                    clauses.set.push("reported = :reported");
-                    request = request.expression_attribute_values(
-                        ":reported",
-                        AttributeValue::S(position.to_string()),
-                    );
-                }
-            }
-            clauses.remove.extend([OWNER, EXPIRY]);
-            let request = request
-                .update_expression(clauses.expression())
-                .condition_expression(OURS)
-                .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
+            let request = self.commit_request(key, owner, commit, true);
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await
         })
@@ -219,7 +179,73 @@ impl CheckpointStore for DynamoLeaseStore {
         })
     }
 
+    fn transact<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a crate::store::Transaction,
+    ) -> BoxFuture<'a, Result<crate::store::Transacted, LeaseError>> {
+        Box::pin(self.transact_items(key, owner, transaction))
+    }
+
     fn requests(&self) -> Option<u64> {
         Some(self.sent.load(Ordering::Relaxed))
+    }
+}
+
+impl DynamoLeaseStore {
+    /// The `UpdateItem` of `commit` on `key`'s row, on condition that `owner` holds the lease,
+    /// releasing it when `release`: the invocation's last write, and (as an `Update` of a
+    /// transaction) the lease row's action of [`transact`](CheckpointStore::transact).
+    pub(super) fn commit_request(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        commit: &Commit,
+        release: bool,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let mut clauses = Clauses::default();
+        let mut request = self.update(&key.to_string());
+        if let Some(position) = &commit.checkpoint {
+            request = set_position(request, &mut clauses, position, &commit.below);
+        }
+        request = set_failing(request, &mut clauses, &commit.failing);
+        if !commit.parent_shards.is_empty() {
+            clauses.set.push("parent_shards = :parents");
+            request = request.expression_attribute_values(
+                ":parents",
+                AttributeValue::Ss(commit.parent_shards.clone()),
+            );
+        }
+        match commit.done_above.as_deref() {
+            None => {}
+            // A string set cannot be empty: an empty one is removed.
+            Some([]) => clauses.remove.push(DONE_ABOVE),
+            Some(done_above) => {
+                clauses.set.push("done_above = :done_above");
+                request = request.expression_attribute_values(
+                    ":done_above",
+                    AttributeValue::Ss(done_above.iter().map(ToString::to_string).collect()),
+                );
+            }
+        }
+        match &commit.reported {
+            ReportedChange::Keep => {}
+            ReportedChange::Clear => clauses.remove.push(REPORTED),
+            ReportedChange::Set(position) => {
+                clauses.set.push("reported = :reported");
+                request = request.expression_attribute_values(
+                    ":reported",
+                    AttributeValue::S(position.to_string()),
+                );
+            }
+        }
+        if release {
+            clauses.remove.extend([OWNER, EXPIRY]);
+        }
+        request
+            .update_expression(clauses.expression())
+            .condition_expression(OURS)
+            .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
     }
 }

@@ -30,6 +30,7 @@ mod expressions;
 mod lease;
 mod rows;
 mod schema;
+mod transact;
 
 use conversion::state_of;
 use expressions::{expiry_at, is_condition_failure};

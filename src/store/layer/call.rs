@@ -38,6 +38,9 @@ pub enum Operation {
     CommitRows,
     /// [`CheckpointStore::mark_contended`](crate::store::CheckpointStore::mark_contended).
     MarkContended,
+    /// `CheckpointStore::transact` (feature `dynamodb`): records' writes and the lease row's
+    /// update in one transaction.
+    Transact,
 }
 
 impl Operation {
@@ -156,6 +159,12 @@ pub(super) enum Args<'a> {
         key: &'a LeaseKey,
         first: &'a Position,
     },
+    #[cfg(feature = "dynamodb")]
+    Transact {
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a crate::store::Transaction,
+    },
 }
 
 impl<'a> Call<'a> {
@@ -174,6 +183,8 @@ impl<'a> Call<'a> {
             Args::ReadRows { .. } => Operation::ReadRows,
             Args::CommitRows { .. } => Operation::CommitRows,
             Args::MarkContended { .. } => Operation::MarkContended,
+            #[cfg(feature = "dynamodb")]
+            Args::Transact { .. } => Operation::Transact,
         }
     }
 
@@ -191,6 +202,8 @@ impl<'a> Call<'a> {
             | Args::Commit { key, .. }
             | Args::Finish { key, .. }
             | Args::MarkContended { key, .. } => Some(key),
+            #[cfg(feature = "dynamodb")]
+            Args::Transact { key, .. } => Some(key),
             Args::ReadRows { .. } | Args::CommitRows { .. } => None,
         }
     }
@@ -215,6 +228,8 @@ impl<'a> Call<'a> {
             | Args::Release { owner, .. }
             | Args::AcquireAndRead { owner, .. }
             | Args::Commit { owner, .. } => Some(owner),
+            #[cfg(feature = "dynamodb")]
+            Args::Transact { owner, .. } => Some(owner),
             _ => None,
         }
     }
@@ -251,6 +266,17 @@ impl<'a> Call<'a> {
     pub const fn commit(&self) -> Option<&'a Commit> {
         match self.args {
             Args::Commit { commit, .. } => Some(commit),
+            _ => None,
+        }
+    }
+
+    /// The transaction of `CheckpointStore::transact` (feature `dynamodb`): its records'
+    /// writes, its commit of the lease row, whether it releases, its token.
+    #[cfg(feature = "dynamodb")]
+    #[must_use]
+    pub const fn transaction(&self) -> Option<&'a crate::store::Transaction> {
+        match self.args {
+            Args::Transact { transaction, .. } => Some(transaction),
             _ => None,
         }
     }

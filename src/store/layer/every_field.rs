@@ -22,6 +22,7 @@ pub(crate) async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
     claim_and_commit(store, inner).await;
     finish(store, inner).await;
     rows(store, inner).await;
+    transaction(store, inner).await;
     assert_eq!(store.requests(), inner.requests());
 }
 
@@ -162,4 +163,71 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         read[1].checkpoint, None,
         "a row written meanwhile is not overwritten"
     );
+}
+
+/// A transaction: its commit with every field and the release, its write, its token.
+async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    use crate::effects::{ItemId, Write};
+    use crate::store::{Transacted, Transaction};
+    use aws_sdk_dynamodb::types::{AttributeValue, Update};
+
+    const TTL: Duration = Duration::from_mins(1);
+    let key = LeaseKey::new("orders", "shardId-000000000004");
+    let Claim::Acquired(_) = store
+        .acquire_and_read(&key, "a", TTL, None)
+        .await
+        .expect("claim")
+    else {
+        panic!("the lease was free");
+    };
+    let failing = FailingRecord::first(&at("1002"), "busy", 7);
+    let commit = Commit {
+        checkpoint: Some(Position::sub_record("1001".parse().expect("n"), 4)),
+        below: Below::Record("1000".parse().expect("n")),
+        failing: FailingChange::Set(failing.clone()),
+        parent_shards: vec!["shardId-000000000000".to_owned()],
+        done_above: Some(vec![at("1005")]),
+        reported: ReportedChange::Set(at("1002")),
+    };
+    let item =
+        std::collections::HashMap::from([("id".to_owned(), AttributeValue::S("i-1".to_owned()))]);
+    let write = Write::update(
+        Update::builder()
+            .table_name("items")
+            .set_key(Some(item.clone()))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .build()
+            .expect("an update"),
+    );
+    let transaction = Transaction::new(
+        commit.clone(),
+        true,
+        vec![write],
+        "kc-every-field".to_owned(),
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            store
+                .transact(&key, "a", &transaction)
+                .await
+                .expect("transact"),
+            Transacted::Committed,
+            "committed, then answered again for its token"
+        );
+    }
+    let row = inner.read(&key).await.expect("read");
+    assert_eq!(row.checkpoint.as_deref(), Some("1000"), "checkpoint");
+    assert_eq!(
+        (row.aggregate_sequence.as_deref(), row.aggregate_sub),
+        (Some("1001"), Some(4)),
+        "the position inside the aggregate"
+    );
+    assert_eq!(row.failing, Some(failing), "failing");
+    assert_eq!(row.parent_shards, commit.parent_shards, "parents");
+    assert_eq!(row.done_above, vec![at("1005")], "done_above");
+    assert_eq!(row.reported, Some(at("1002")), "reported");
+    assert_eq!(row.lease_owner, None, "released");
+    let id = ItemId::new("items", &item);
+    assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");
 }

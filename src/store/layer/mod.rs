@@ -261,6 +261,21 @@ impl<S: CheckpointStore + ?Sized, L: Layer> CheckpointStore for Layered<S, L> {
         })
     }
 
+    #[cfg(feature = "dynamodb")]
+    fn transact<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        transaction: &'a super::checkpoints::Transaction,
+    ) -> BoxFuture<'a, Result<super::checkpoints::Transacted, LeaseError>> {
+        let args = Args::Transact {
+            key,
+            owner,
+            transaction,
+        };
+        self.route(args, move |_| self.inner.transact(key, owner, transaction))
+    }
+
     fn requests(&self) -> Option<u64> {
         self.inner.requests()
     }
