@@ -138,7 +138,15 @@ pub(super) async fn write(
         return Vec::new();
     }
     let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
-    match store.commit_rows(&rows).await {
+    // Written again once after a failure (a throttle refuses one request; the marks in these
+    // rows are what finds a batch the mapping gives up on). A first write that landed with its
+    // answer lost makes the second one refused, as a row written meanwhile is.
+    let mut answer = store.commit_rows(&rows).await;
+    if let Err(error) = &answer {
+        tracing::warn!(%error, "could not write the partition keys' rows; writing them again");
+        answer = store.commit_rows(&rows).await;
+    }
+    match answer {
         Ok(written) => commits
             .iter()
             .zip(written)

@@ -290,7 +290,15 @@ async fn read_keys(
     // A container consumer sharing the table (the seed crate's, which keys by `stream:shard`)
     // may hold the shard's lease or have checkpointed it.
     rows.push(key.clone());
-    let mut states = store.read_rows(&rows).await.map_err(RowsUnread::Store)?;
+    // Read again once after a failure (a throttle refuses one request): a batch that runs
+    // nothing leaves no mark, and the mapping may give up on it.
+    let mut states = match store.read_rows(&rows).await {
+        Ok(states) => states,
+        Err(error) => {
+            tracing::warn!(%error, "could not read the partition keys' rows; reading them again");
+            store.read_rows(&rows).await.map_err(RowsUnread::Store)?
+        }
+    };
     rows.pop();
     let shard_row = states.pop().unwrap_or_default();
     let mut keys = HashMap::with_capacity(rows.len());
