@@ -1124,20 +1124,30 @@ struct Counts {
 /// [`ARRIVAL_SPACING`] apart, but over shards by their keys' hashes, so one shard may go
 /// without a record for longer than a quarter of the limit drawn (seed 2658: 85 ms on one of
 /// three shards, beside 196 ms). The limit is then raised past four times the longest pause
-/// in any shard; `None` when the drawn one is covered already.
+/// in any shard, or in any lane of one with a `ParallelizationFactor` above 1 (a lane is
+/// delivered, and drops its oldest records, by itself); `None` when the drawn one is covered
+/// already.
 fn covered_record_age(scenario: &Scenario, stream: &MemoryStream) -> Option<Duration> {
     let limit = scenario.record_age?;
+    // A lane drops its records and delivers its next: with a `ParallelizationFactor` above 1
+    // the pause that matters is between the records of one lane (the partition-key mode).
+    let mapping = &scenario.mapping;
     let longest = stream
         .shard_ids()
         .iter()
         .flat_map(|shard| {
             let records = stream.records(shard);
-            records
-                .windows(2)
-                .map(|pair| {
-                    pair[1]
-                        .arrival_millis
-                        .saturating_sub(pair[0].arrival_millis)
+            (0..mapping.parallelization_factor)
+                .flat_map(|lane| {
+                    let arrivals: Vec<u64> = records
+                        .iter()
+                        .filter(|record| mapping.lane_of(&record.partition_key) == lane)
+                        .map(|record| record.arrival_millis)
+                        .collect();
+                    arrivals
+                        .windows(2)
+                        .map(|pair| pair[1].saturating_sub(pair[0]))
+                        .collect::<Vec<_>>()
                 })
                 .collect::<Vec<_>>()
         })

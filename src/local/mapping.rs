@@ -98,6 +98,21 @@ impl Mapping {
         self
     }
 
+    /// The lane of a shard that records of `partition_key` take under this mapping's
+    /// `ParallelizationFactor` (0 with a factor of 1): a stable hash, as the mapping keeps a key
+    /// on one lane. AWS does not say how Lambda hashes; this is the local mapping's.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::local::Mapping;
+    /// let mapping = Mapping::default().parallelization_factor(4);
+    /// assert!(mapping.lane_of("customer-7") < 4);
+    /// assert_eq!(Mapping::default().lane_of("customer-7"), 0);
+    /// ```
+    #[must_use]
+    pub fn lane_of(&self, partition_key: &str) -> usize {
+        super::progress::lane_of(partition_key, self.parallelization_factor)
+    }
+
     /// Sets `ParallelizationFactor` (1 to 10).
     ///
     /// ```

@@ -106,7 +106,7 @@ pub(super) fn earliest_retry(shards: &BTreeMap<String, ShardProgress>, now: u64)
 }
 
 /// The lane a partition key belongs to: a stable hash, so a key always takes the same lane.
-fn lane_of(partition_key: &str, lanes: usize) -> usize {
+pub(super) fn lane_of(partition_key: &str, lanes: usize) -> usize {
     if lanes <= 1 {
         return 0;
     }

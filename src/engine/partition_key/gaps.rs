@@ -22,8 +22,6 @@ use crate::store::{KeyCommit, ReportedChange};
 pub(super) struct Found {
     /// The records of the lane's keys read, not done yet, in order: to run before the batch.
     pub(super) entries: Vec<Entry>,
-    /// The marks proven skipped.
-    pub(super) detected: Vec<Position>,
     /// The first record not read, when the range was read in part: the next delivery reads on
     /// from it.
     pub(super) unread: Option<Position>,
@@ -79,7 +77,7 @@ pub(super) async fn recover<H>(
     };
     let suspicion = detected.is_empty();
     let Some((mut entries, complete)) = read(settings, key, &range, invocation).await? else {
-        return Ok(no_reader(detected, range));
+        return Ok(no_reader(range));
     };
     // Read in part: the last record read is where the next delivery reads on from.
     let unread = (!complete)
@@ -120,7 +118,6 @@ pub(super) async fn recover<H>(
     );
     Ok(Found {
         entries,
-        detected,
         unread: unread.map(Position::record),
         gap: Some(GapReport::new(range, outcome)),
     })
@@ -167,9 +164,8 @@ async fn read<H>(
 
 /// A range nothing can read: logged as lost, and the batch goes on (the mapping will never
 /// deliver it again; holding the batch would only make it give up on this one too).
-fn no_reader(detected: Vec<Position>, range: SkippedRange) -> Found {
+fn no_reader(range: SkippedRange) -> Found {
     Found {
-        detected,
         gap: Some(GapReport::new(range, GapOutcome::NoReader)),
         ..Found::default()
     }
@@ -264,17 +260,16 @@ async fn of_the_lane<H>(
 }
 
 /// Each key's new mark once the batch ran (see [`next_mark`]): `reported` is the batch's
-/// record reported to Lambda, if any; `settled` says whether what the lane skipped was all
-/// done (otherwise the keys marked where it was found keep their mark, or move it to where
-/// the reading goes on, `unread`).
+/// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
+/// that is not done (or not read yet), while there is one: every key read here (the batch's,
+/// and those of the lane found in the range) is then marked there, so that whichever of them
+/// comes next reads on from it, even after the mapping gave up on this batch too.
 pub(super) fn marks(
     keys: &HashMap<String, KeyRow>,
     batch: &[Entry],
-    found: (&[Position], Option<&Position>),
+    pending: Option<&Position>,
     reported: Option<&Position>,
-    settled: bool,
 ) -> HashMap<String, ReportedChange> {
-    let (detected, unread) = found;
     let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
         batch
             .iter()
@@ -284,14 +279,11 @@ pub(super) fn marks(
     });
     keys.iter()
         .map(|(partition_key, row)| {
-            let old = row.state.reported.as_ref();
-            let keep = old
-                .filter(|old| !settled && detected.contains(old))
-                .map(|old| unread.unwrap_or(old));
             let comes_again = row.in_batch && again.contains(partition_key.as_str());
+            let old = row.state.reported.as_ref();
             (
                 partition_key.clone(),
-                next_mark(old, keep, reported, comes_again),
+                next_mark(old, pending, reported, comes_again),
             )
         })
         .filter(|(_, change)| *change != ReportedChange::Keep)

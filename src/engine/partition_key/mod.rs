@@ -151,7 +151,6 @@ pub(crate) async fn run_shard<H: Handler>(
     .await;
     let Found {
         entries: mut all,
-        detected,
         unread,
         gap,
     } = match found {
@@ -206,8 +205,12 @@ pub(crate) async fn run_shard<H: Handler>(
     // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
     // batch's first while anything the lane skipped is not done.
     let lowest = run.lowest_not_done();
-    let settled = unread.is_none() && lowest >= recovered;
-    let reported_at = if settled {
+    let pending = if lowest < recovered {
+        Some(entries[lowest].position())
+    } else {
+        unread.clone()
+    };
+    let reported_at = if pending.is_none() {
         entries.get(lowest).map(Entry::position)
     } else {
         entries.get(recovered).map(Entry::position)
@@ -215,9 +218,8 @@ pub(crate) async fn run_shard<H: Handler>(
     let marks = gaps::marks(
         &keys,
         &entries[recovered..],
-        (&detected, unread.as_ref()),
+        pending.as_ref(),
         reported_at.as_ref(),
-        settled,
     );
     let commits = key_commits(
         &entries,
