@@ -143,11 +143,19 @@ mod tests {
         assert_eq!(lane_mark(&row, None, &at(30)), Some(&at(20)));
         assert_eq!(lane_mark(&row, None, &at(20)), None, "redelivered from it");
         assert_eq!(lane_mark(&row, None, &at(10)), None, "an older batch");
-        assert_eq!(lane_mark(&row, Some(&at(25)), &at(30)), None, "a shard consumer did it");
+        assert_eq!(
+            lane_mark(&row, Some(&at(25)), &at(30)),
+            None,
+            "a shard consumer did it"
+        );
         assert_eq!(lane_mark(&LeaseState::default(), None, &at(30)), None);
         let inside = marked(Position::sub_record("20".parse().unwrap(), 3));
         let again = Position::sub_record("20".parse().unwrap(), 0);
-        assert_eq!(lane_mark(&inside, None, &again), None, "the aggregate again");
+        assert_eq!(
+            lane_mark(&inside, None, &again),
+            None,
+            "the aggregate again"
+        );
         let range = lane_range(&[at(40), at(20)], &"50".parse().unwrap()).expect("a range");
         assert_eq!(range.from, ReadFrom::At("20".parse().unwrap()));
     }
@@ -165,7 +173,11 @@ mod tests {
             "young"
         );
         let range = aged_range([Some(&ten), None], &at(30), (50_000, limit), true).expect("any");
-        assert_eq!(range.from, ReadFrom::TrimHorizon, "a key never checkpointed");
+        assert_eq!(
+            range.from,
+            ReadFrom::TrimHorizon,
+            "a key never checkpointed"
+        );
         assert_eq!(
             aged_range([None], &at(30), (50_000, limit), false),
             None,

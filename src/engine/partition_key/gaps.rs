@@ -63,7 +63,8 @@ pub(super) async fn recover<H>(
         let marked: Vec<(&str, &Position)> = keys
             .iter()
             .filter_map(|(partition_key, row)| {
-                lane_mark(&row.state, shard_checkpoint, &start).map(|mark| (partition_key.as_str(), mark))
+                lane_mark(&row.state, shard_checkpoint, &start)
+                    .map(|mark| (partition_key.as_str(), mark))
             })
             .collect();
         tracing::warn!(
@@ -249,12 +250,15 @@ async fn of_the_lane<H>(
         }
     }
     entries.retain(|entry| {
-        entry.routing_key().and_then(|k| keys.get(k)).is_some_and(|row| {
-            !row.checkpoint
-                .iter()
-                .chain(shard_checkpoint)
-                .any(|done| entry.position() <= *done)
-        })
+        entry
+            .routing_key()
+            .and_then(|k| keys.get(k))
+            .is_some_and(|row| {
+                !row.checkpoint
+                    .iter()
+                    .chain(shard_checkpoint)
+                    .any(|done| entry.position() <= *done)
+            })
     });
     Ok(entries)
 }

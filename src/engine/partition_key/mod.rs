@@ -85,9 +85,10 @@ pub(crate) async fn run_shard<H: Handler>(
     let ShardBatch { key, entries } = group;
     let report = ShardReport::empty(key.clone(), entries.len());
     let held = match settings.gate.as_deref() {
-        Some(gate) => gate
-            .check_partition_keys(settings.store.as_ref(), &key)
-            .await,
+        Some(gate) => {
+            gate.check_partition_keys(settings.store.as_ref(), &key)
+                .await
+        }
         None => None,
     };
 
