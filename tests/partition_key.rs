@@ -666,3 +666,69 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
         "the gate marked the parent finished"
     );
 }
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_held_child_batch_the_mapping_gave_up_on_runs_once_its_parents_finish()
+ {
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(4, 2);
+    let journal = Journal::default();
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), journal.handler(|_, _| None))
+        .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon));
+    let child = child_with_records(&stream);
+    let records = stream.records(&child);
+    let child_key = LeaseKey::new(STREAM, child.as_str());
+    let (count, half) = (records.len(), records.len() / 2);
+    assert!(half > 0, "the child holds records on both sides of the cut");
+
+    // The child comes first and is held; each key of the batch is marked at its first record.
+    let report = processor
+        .process_batch(delivery(&stream, &child, 0..half), &context("c1", 60_000))
+        .await
+        .unwrap();
+    assert!(matches!(
+        report.shards[0].stopped,
+        Some((_, kinesis_checkpoint::report::StopReason::Held(_)))
+    ));
+    for record in &records[..half] {
+        let key = &record.partition_key;
+        let row = LeaseStore::read(&*store, &row_key(&child_key, key))
+            .await
+            .unwrap();
+        assert_eq!(
+            row.reported.map(|mark| mark.to_string()),
+            Some(records[0].sequence.clone()),
+            "{key} is marked where the held batch starts"
+        );
+    }
+    processor
+        .process_batch(delivery(&stream, SHARD, 0..4), &context("p1", 60_000))
+        .await
+        .unwrap();
+
+    // The mapping gave up on the held batch: the next one starts after it.
+    let report = processor
+        .process_batch(
+            delivery(&stream, &child, half..count),
+            &context("c2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(gap.recovered.len(), half, "the held batch's records");
+    assert!(
+        gap.recovered
+            .iter()
+            .all(|r| r.disposition == Disposition::Processed)
+    );
+    let per_key = journal.per_key();
+    for (key, ns) in &per_key {
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{key} in order: {ns:?}");
+    }
+    let processed: usize = per_key.values().map(Vec::len).sum();
+    assert_eq!(processed, 4 + count, "every record once");
+}
