@@ -40,7 +40,7 @@
 //! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
 //!   one record at a time): the trait's defaults do the rest, and the duplicates they state
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
-//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`, and half
+//! - mapping discards (30 % of the scenarios, in both modes): finite `MaximumRetryAttempts`, and half
 //!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written
 //!   over time, which a lagging shard drops unreported and the gate, told the limit, suspects;
 //!   the stream then goes on (one more record per shard, delivered as the batch after
@@ -58,11 +58,17 @@
 //!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
 //!   delivery runs its batch (`skew.rs`).
 //!
-//! Mapping discards are drawn on a stream that reshards too: a closed parent whose last batch
+//! In the partition-key mode the stream goes on with one more record of every key, each in a
+//! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
+//! discards are drawn on a stream that does not reshard and without deaths (see below).
+//!
+//! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
 //! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
 //! gate), and a parent's tail run so counts as the child's invocation's handling.
 //!
-//! Not drawn together, each an open limitation written in the README: discards with a five-method store (it keeps neither `reported` nor `contended`), with
+//! Not drawn together, each an open limitation written in the README: key-mode discards with
+//! a reshard (a closed parent's discarded tail is not run in the partition-key mode) or with
+//! deaths (the mode marks its rows in its last write only); discards with a five-method store (it keeps neither `reported` nor `contended`), with
 //! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
 //! seed consumer's checkpoint inside them passes).
 //!
@@ -705,9 +711,9 @@ impl Scenario {
             .maximum_deliveries(20_000)
             .seed(seed);
         // Mapping discards, drawn apart so that every other setting of a seed stays as it was:
-        // finite retries, as a mapping configured so gives up on records. The
-        // shard mode only (the partition-key mode has no gap recovery), on a stream that may
-        // reshard (a closed parent's discarded tail is run by its child's invocation).
+        // finite retries, as a mapping configured so gives up on records. In both modes; in
+        // the shard mode on a stream that may reshard (a closed parent's discarded tail is run
+        // by its child's invocation), in the partition-key mode on one that does not.
         let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
         let discards = discard_rng.chance(0.3);
         let mapping = if discards {

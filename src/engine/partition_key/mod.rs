@@ -11,27 +11,50 @@
 //! 1. Gates the shard: a child shard waits until each parent is finished (see below).
 //! 2. Reads the rows of the batch's partition keys ([`CheckpointStore::read_rows`]: 100 per
 //!    `BatchGetItem`, read consistently).
-//! 3. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
+//! 3. Recovers what the lane skipped, when a key's row proves it (see below): those records run
+//!    first.
+//! 4. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
 //!    key (concurrently with [`Processor::concurrency`](crate::Processor::concurrency) above 1,
 //!    otherwise one record at a time); a key stops at its first failure, dead letters as in the
 //!    shard mode, with attempts counted in the key's row.
-//! 4. Writes each key's row whose checkpoint or failing record changed
+//! 5. Writes each key's row whose checkpoint, failing record or mark changed
 //!    ([`CheckpointStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
 //!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
 //!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
 //!    is not written: its records are reported and come again, and its checkpoint skips what
 //!    the other delivery did.
-//! 5. Reports the lowest record not done: Lambda redelivers from it, and every record above it
+//! 6. Reports the lowest record not done: Lambda redelivers from it, and every record above it
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
+//!
+//! **Records the mapping skipped.** The mapping splits the shard into lanes by a hash of the
+//! partition key (AWS does not say which), each delivered in order, retried and given up on
+//! (`MaximumRetryAttempts`, `MaximumRecordAgeInSeconds`, a bisected half) by itself; a batch is
+//! one lane's. No shard row can say where a lane stands, so each key's row remembers where its
+//! lane was last reported (the row's `reported`, its *mark*, written in the write the batch
+//! makes anyway): the record the batch was reported at, on every key with records at or after
+//! it; a held batch marks its keys at its first record. A batch holding a key whose mark lies
+//! before the batch's first record proves the lane went on without it: the range from the
+//! lowest such mark up to the batch is read once through the gate's topology (at most
+//! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
+//! by the next delivery), filtered to the lane's keys (the batch's, and those whose rows carry
+//! the same mark: they were in the batch that set it), and their records not done run first.
+//! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
+//! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
+//! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
+//! that old.
 //!
 //! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
 //! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
 //! runs, the first record is reported), and records at or below its checkpoint are done.
 //!
 //! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
-//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys whose records were all duplicates are not written. Each row
-//! written costs twice the write capacity of a plain write (transactions do).
+//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
+//! whose records were all duplicates and whose mark stays are not written. Each row written
+//! costs twice the write capacity of a plain write (transactions do). A held batch costs a read
+//! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
+//! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
+//! the batch.
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
 //! stream retention of 7) after their last write: a key silent for longer than the stream
