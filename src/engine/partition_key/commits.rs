@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::KeyRow;
+use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::keyed::{self, State};
 use crate::report::StopReason;

@@ -4,8 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::KeyRow;
 use super::commits::write;
+use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
 use crate::engine::recovery::{lost, read_for_keys};
