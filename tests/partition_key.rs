@@ -732,3 +732,73 @@ async fn in_the_partition_key_mode_a_held_child_batch_the_mapping_gave_up_on_run
     let processed: usize = per_key.values().map(Vec::len).sum();
     assert_eq!(processed, 4 + count, "every record once");
 }
+
+/// What a lane skipped is read back with the records of every lane in its range: only the
+/// lane's keys run. Keys a and b share a lane; c takes another, which is still retrying c's
+/// record inside the range: c's record is not run here (it would run twice, beside its lane).
+#[tokio::test]
+async fn in_the_partition_key_mode_a_skipped_range_runs_only_the_records_of_the_lanes_keys() {
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0 c1 b2 a3 c4 b5 b6
+    for (n, key) in ["a", "c", "b", "a", "c", "b", "b"].iter().enumerate() {
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let journal = Journal::default();
+    let processor = Processor::by_partition_key(
+        Arc::new(MemoryLeaseStore::new()),
+        journal.handler(|n, attempt| {
+            // c4 keeps failing in c's lane; a3 fails once.
+            (n == 4 || (n == 3 && attempt == 1)).then(|| Outcome::retry("not yet"))
+        }),
+    )
+    .gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let records = stream.records(SHARD);
+    let lane = |indexes: &[usize]| {
+        let mut event = delivery(&stream, SHARD, 0..records.len());
+        event.records = indexes.iter().map(|&i| event.records[i].clone()).collect();
+        event
+    };
+
+    // c's lane: c1 done, c4 reported.
+    let report = processor
+        .process_batch(lane(&[1, 4]), &context("c", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&report.response()), [records[4].sequence.clone()]);
+    // a and b's lane: a3 reported, b2 and b5 done; the mapping gives up on it.
+    let report = processor
+        .process_batch(lane(&[0, 2, 3, 5]), &context("ab1", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&report.response()), [records[3].sequence.clone()]);
+    // The lane's next batch: b6 alone. b's mark (a3) lies behind it.
+    let report = processor
+        .process_batch(lane(&[6]), &context("ab2", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(
+        gap.recovered
+            .iter()
+            .map(|r| r.position.to_string())
+            .collect::<Vec<_>>(),
+        [records[3].sequence.clone()],
+        "a3 only: b5 is done, and c4 belongs to another lane"
+    );
+    let per_key = journal.per_key();
+    assert_eq!(per_key["a"], [0, 3]);
+    assert_eq!(per_key["b"], [2, 5, 6]);
+    assert_eq!(per_key["c"], [1], "c4 is left to its own lane");
+    assert_eq!(
+        journal.attempts.lock().unwrap()[&4],
+        1,
+        "c4 was tried by its lane only"
+    );
+}
