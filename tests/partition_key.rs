@@ -802,3 +802,88 @@ async fn in_the_partition_key_mode_a_skipped_range_runs_only_the_records_of_the_
         "c4 was tried by its lane only"
     );
 }
+
+/// A lane's skipped range longer than one reading (10,000 records) runs in parts, one per
+/// delivery of the batch after it: the batch waits (its first record reported) until the last
+/// part is read, and every record runs once, in order.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_in_parts() {
+    use kinesis_checkpoint::gap::{GapOutcome, MAX_RECOVERED_RECORDS};
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use kinesis_checkpoint::report::StopReason;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    let total = MAX_RECOVERED_RECORDS as u64 + 500;
+    for n in 0..total {
+        let key = if n == 0 { "a" } else { "b" };
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = n_of(&record);
+            let mut seen = seen.lock().unwrap();
+            let first_try = n == 0 && !seen.contains(&u64::MAX);
+            if first_try {
+                seen.push(u64::MAX);
+            } else {
+                seen.push(n);
+            }
+            std::future::ready(if first_try {
+                Outcome::retry("not yet")
+            } else {
+                Outcome::ack()
+            })
+        }
+    };
+    let processor = Processor::by_partition_key(Arc::new(MemoryLeaseStore::new()), handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon),
+    );
+
+    // a0 fails, b1 is done: both are marked at a0. The mapping gives up on the lane's batch
+    // and on everything up to the last record, which comes next.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..2), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_some());
+    let last = delivery(&stream, SHARD, total as usize - 1..total as usize);
+    let report = processor
+        .process_batch(last.clone(), &context("2", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert!(
+        matches!(shard.stopped, Some((_, StopReason::GapUnread(_)))),
+        "{:?}",
+        shard.stopped
+    );
+    let gap = shard.gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Partial);
+    assert_eq!(
+        gap.recovered.len(),
+        MAX_RECOVERED_RECORDS - 2,
+        "a0, b2 to b9998"
+    );
+    let report = processor
+        .process_batch(last, &context("3", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert!(shard.stopped.is_none(), "{:?}", shard.stopped);
+    assert_eq!(
+        shard.gap.as_ref().map(|gap| &gap.outcome),
+        Some(&GapOutcome::Recovered)
+    );
+    let mut seen: Vec<u64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&n| n != u64::MAX)
+        .collect();
+    let b: Vec<u64> = seen.iter().copied().filter(|&n| n != 0).collect();
+    assert!(b.windows(2).all(|w| w[0] < w[1]), "b in order");
+    seen.sort_unstable();
+    assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
+}

@@ -80,6 +80,12 @@ pub(super) async fn recover<H>(
     let Some((mut entries, complete)) = read(settings, key, &range, invocation).await? else {
         return Ok(no_reader(range));
     };
+    if !complete && entries.is_empty() {
+        let reason =
+            StopReason::GapUnread(format!("no record {range} could be read in the time left"));
+        let gap = GapReport::new(range, GapOutcome::Unread("out of time".to_owned()));
+        return Err(Box::new((gap, reason)));
+    }
     // Read in part: the last record read is where the next delivery reads on from.
     let unread = (!complete)
         .then(|| entries.last().map(|last| last.sequence().clone()))
