@@ -812,7 +812,8 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
     use kinesis_checkpoint::report::StopReason;
     let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
-    let total = MAX_RECOVERED_RECORDS as u64 + 500;
+    let count = MAX_RECOVERED_RECORDS + 500;
+    let total = u64::try_from(count).unwrap();
     for n in 0..total {
         let key = if n == 0 { "a" } else { "b" };
         stream.put(key, json!({ "n": n }).to_string());
@@ -847,7 +848,7 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
         .await
         .unwrap();
     assert!(report.shards[0].stopped.is_some());
-    let last = delivery(&stream, SHARD, total as usize - 1..total as usize);
+    let last = delivery(&stream, SHARD, count - 1..count);
     let report = processor
         .process_batch(last.clone(), &context("2", 60_000))
         .await
