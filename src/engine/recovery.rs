@@ -339,8 +339,25 @@ pub(crate) async fn read_tail<H>(
     })
 }
 
+/// Reads `range` of the shard of `key` for the partition-key mode, as [`recover`] reads one
+/// (within half the time left and [`MAX_RECOVERED_RECORDS`]); the records come unpacked as a
+/// batch's are. `None` when the processor has no gate to read through.
+pub(crate) async fn read_for_keys<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    range: &SkippedRange,
+    invocation: &Invocation,
+) -> Option<Result<(Vec<Entry>, bool), TopologyError>> {
+    let gate = settings.gate.as_deref()?;
+    Some(
+        read(settings, gate, key, range, invocation)
+            .await
+            .map(|RangeRead { records, complete }| (unpack(settings, records), complete)),
+    )
+}
+
 /// Logs a range nothing can read: neither processed nor dead-lettered.
-fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
+pub(crate) fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
     tracing::error!(
         stream = key.stream(),
         shard = key.shard(),

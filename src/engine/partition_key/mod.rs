@@ -11,27 +11,50 @@
 //! 1. Gates the shard: a child shard waits until each parent is finished (see below).
 //! 2. Reads the rows of the batch's partition keys ([`CheckpointStore::read_rows`]: 100 per
 //!    `BatchGetItem`, read consistently).
-//! 3. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
+//! 3. Recovers what the lane skipped, when a key's row proves it (see below): those records run
+//!    first.
+//! 4. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
 //!    key (concurrently with [`Processor::concurrency`](crate::Processor::concurrency) above 1,
 //!    otherwise one record at a time); a key stops at its first failure, dead letters as in the
 //!    shard mode, with attempts counted in the key's row.
-//! 4. Writes each key's row whose checkpoint or failing record changed
+//! 5. Writes each key's row whose checkpoint, failing record or mark changed
 //!    ([`CheckpointStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
 //!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
 //!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
 //!    is not written: its records are reported and come again, and its checkpoint skips what
 //!    the other delivery did.
-//! 5. Reports the lowest record not done: Lambda redelivers from it, and every record above it
+//! 6. Reports the lowest record not done: Lambda redelivers from it, and every record above it
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
+//!
+//! **Records the mapping skipped.** The mapping splits the shard into lanes by a hash of the
+//! partition key (AWS does not say which), each delivered in order, retried and given up on
+//! (`MaximumRetryAttempts`, `MaximumRecordAgeInSeconds`, a bisected half) by itself; a batch is
+//! one lane's. No shard row can say where a lane stands, so each key's row remembers where its
+//! lane was last reported (the row's `reported`, its *mark*, written in the write the batch
+//! makes anyway): the record the batch was reported at, on every key with records at or after
+//! it; a held batch marks its keys at its first record. A batch holding a key whose mark lies
+//! before the batch's first record proves the lane went on without it: the range from the
+//! lowest such mark up to the batch is read once through the gate's topology (at most
+//! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
+//! by the next delivery), filtered to the lane's keys (the batch's, and those whose rows carry
+//! the same mark: they were in the batch that set it), and their records not done run first.
+//! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
+//! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
+//! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
+//! that old.
 //!
 //! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
 //! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
 //! runs, the first record is reported), and records at or below its checkpoint are done.
 //!
 //! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
-//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys whose records were all duplicates are not written. Each row
-//! written costs twice the write capacity of a plain write (transactions do).
+//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
+//! whose records were all duplicates and whose mark stays are not written. Each row written
+//! costs twice the write capacity of a plain write (transactions do). A held batch costs a read
+//! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
+//! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
+//! the batch.
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
 //! stream retention of 7) after their last write: a key silent for longer than the stream
@@ -50,22 +73,28 @@
 //! [`CheckpointStore::read_rows`]: crate::store::CheckpointStore::read_rows
 //! [`CheckpointStore::commit_rows`]: crate::store::CheckpointStore::commit_rows
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::attempt::Runner;
 use super::batch::{Entry, ShardBatch, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed::{self, Limits, State};
+use super::recovery;
 use super::settings::Settings;
 use crate::handler::Handler;
-use crate::key::{LeaseKey, row_key};
 use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
-use crate::sequence::{Position, SequenceNumber};
-use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, LeaseState};
+use crate::store::LeaseState;
 
-/// Gate, read the keys' rows, dispatch, write the rows, report: one shard's records in the
-/// partition-key mode.
+mod commits;
+mod gaps;
+mod rows;
+
+use commits::{key_commits, write};
+use gaps::Found;
+use rows::{RowsUnread, read_keys};
+
+/// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
+/// one shard's records in the partition-key mode.
 #[allow(
     clippy::too_many_lines,
     reason = "the steps of one invocation in the partition-key mode, in order, clearer in one place"
@@ -77,35 +106,40 @@ pub(crate) async fn run_shard<H: Handler>(
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
     let report = ShardReport::empty(key.clone(), entries.len());
-    if let Some(gate) = settings.gate.as_deref()
-        && let Some(held) = gate
-            .check_partition_keys(settings.store.as_ref(), &key)
-            .await
-    {
+    let held = match settings.gate.as_deref() {
+        Some(gate) => {
+            gate.check_partition_keys(settings.store.as_ref(), &key)
+                .await
+        }
+        None => None,
+    };
+
+    // The rows of the batch's partition keys, and the shard's own, read at once.
+    let read = read_keys(settings.store.as_ref(), &key, &entries).await;
+    if let Some(held) = held {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
+        // Marked at the batch's first record: a batch of the lane after the mapping gave up
+        // on this one finds what it skipped.
+        if let (Ok((keys, _)), Some(first)) = (&read, entries.first()) {
+            gaps::mark_held(settings, keys, &first.position(), invocation.now()).await;
+        }
         return stop_all(report, &entries, StopReason::Held(held));
     }
-
-    // The rows of the batch's partition keys, read at once.
-    let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::partition_key).collect();
-    partition_keys.sort_unstable();
-    partition_keys.dedup();
-    let mut rows: Vec<LeaseKey> = partition_keys
-        .iter()
-        .map(|partition_key| row_key(&key, partition_key))
-        .collect();
-    // The shard's own row, in the same read: a container consumer sharing the table (the seed
-    // crate's, which keys by `stream:shard`) may hold the shard's lease or have checkpointed it.
-    rows.push(key.clone());
-    let mut states = match settings.store.read_rows(&rows).await {
-        Ok(states) => states,
-        Err(error) => {
+    let (mut keys, shard_row) = match read {
+        Ok(read) => read,
+        Err(RowsUnread::Store(error)) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
             return stop_all(report, &entries, StopReason::Store(error.to_string()));
         }
+        Err(RowsUnread::Checkpoint(row, error)) => {
+            tracing::error!(%error, row = %row, "a partition key's checkpoint is unreadable; processing nothing");
+            return stop_all(
+                report,
+                &entries,
+                StopReason::BadCheckpoint(error.to_string()),
+            );
+        }
     };
-    rows.pop();
-    let shard_row = states.pop().unwrap_or_default();
     let shard_checkpoint = match shard_owner(&shard_row, invocation.now()) {
         Some(owner) => {
             tracing::warn!(
@@ -127,28 +161,33 @@ pub(crate) async fn run_shard<H: Handler>(
             }
         },
     };
-    let mut keys: HashMap<&str, KeyRow> = HashMap::with_capacity(rows.len());
-    for ((partition_key, row), state) in partition_keys.iter().zip(rows).zip(states) {
-        let checkpoint = match state.position() {
-            Ok(checkpoint) => checkpoint,
-            Err(error) => {
-                tracing::error!(%error, row = %row, "a partition key's checkpoint is unreadable; processing nothing");
-                return stop_all(
-                    report,
-                    &entries,
-                    StopReason::BadCheckpoint(error.to_string()),
-                );
-            }
-        };
-        keys.insert(
-            partition_key,
-            KeyRow {
-                row,
-                checkpoint,
-                state,
-            },
-        );
-    }
+
+    // Records of the lane the mapping skipped run first, in order, as the batch's own.
+    let found = gaps::recover(
+        settings,
+        &key,
+        &entries,
+        &mut keys,
+        shard_checkpoint.as_ref(),
+        invocation,
+    )
+    .await;
+    let Found {
+        entries: mut all,
+        unread,
+        gap,
+    } = match found {
+        Ok(found) => found,
+        Err(unread) => {
+            let (gap, reason) = *unread;
+            let mut report = stop_all(report, &entries, reason);
+            report.gap = Some(gap);
+            return report;
+        }
+    };
+    let recovered = all.len();
+    all.extend(entries);
+    let entries = all;
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
@@ -179,9 +218,42 @@ pub(crate) async fn run_shard<H: Handler>(
         #[cfg(feature = "dynamodb")]
         staged: None,
     };
-    let mut run = keyed::run(&runner, &entries, &known, &is_done, 0, limits).await;
+    // A range read in part runs alone: the batch comes again once the rest is read.
+    let runnable = if unread.is_some() {
+        recovered
+    } else {
+        entries.len()
+    };
+    let mut run = keyed::run(&runner, &entries[..runnable], &known, &is_done, 0, limits).await;
+    run.states.resize_with(entries.len(), || State::Waiting);
 
-    let commits = key_commits(&entries, &run, &keys, settings.key_ttl, invocation.now());
+    // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
+    // batch's first while anything the lane skipped is not done.
+    let lowest = run.lowest_not_done();
+    let pending = if lowest < recovered {
+        Some(entries[lowest].position())
+    } else {
+        unread.clone()
+    };
+    let reported_at = if pending.is_none() {
+        entries.get(lowest).map(Entry::position)
+    } else {
+        entries.get(recovered).map(Entry::position)
+    };
+    let marks = gaps::marks(
+        &keys,
+        &entries[recovered..],
+        pending.as_ref(),
+        reported_at.as_ref(),
+    );
+    let commits = key_commits(
+        &entries,
+        &run,
+        &keys,
+        &marks,
+        settings.key_ttl,
+        invocation.now(),
+    );
     let refused = write(settings.store.as_ref(), &commits).await;
     if !refused.is_empty() {
         // Those keys' records run again when redelivered: mark them so, and report from the
@@ -197,7 +269,10 @@ pub(crate) async fn run_shard<H: Handler>(
             }
         }
     }
-    finish(&runner, report, &entries, &run, refused).await
+    let mut report = report;
+    report.gap = gap;
+    let cut = (unread.is_some()).then_some(recovered);
+    finish(&runner, report, &entries, &run, refused, recovered, cut).await
 }
 
 /// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
@@ -210,166 +285,18 @@ pub(crate) fn shard_owner(row: &LeaseState, now: u64) -> Option<&str> {
         .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
 }
 
-/// A partition key's row as read.
-struct KeyRow {
-    row: LeaseKey,
-    checkpoint: Option<Position>,
-    state: LeaseState,
-}
-
-/// The write each key needs: its new checkpoint (the last record of the key done, in order)
-/// and the change to its failing record. Keys with nothing to change are left out.
-fn key_commits(
-    entries: &[Entry],
-    run: &keyed::Run,
-    keys: &HashMap<&str, KeyRow>,
-    ttl: Duration,
-    now: u64,
-) -> Vec<(String, KeyCommit)> {
-    let expires_at = (now / 1_000).saturating_add(ttl.as_secs());
-    let mut changes: HashMap<&str, KeyChange> = HashMap::new();
-    for (index, (entry, state)) in entries.iter().zip(&run.states).enumerate() {
-        let Some(partition_key) = entry.routing_key() else {
-            continue;
-        };
-        let KeyChange {
-            checkpoint,
-            prior,
-            failing,
-            stopped,
-        } = changes.entry(partition_key).or_default();
-        match state {
-            State::Done(_, cleared) if !*stopped => {
-                // The key's records of an earlier aggregate (or an earlier record) are all
-                // done once a later one of the key is: that record is done whole for the key.
-                if let Some((_, done)) = checkpoint.as_ref()
-                    && entries[*done].sequence() != entry.sequence()
-                {
-                    *prior = Some(entries[*done].sequence().clone());
-                }
-                *checkpoint = Some((entry.position(), index));
-                if *cleared {
-                    *failing = FailingChange::Clear;
-                }
-            }
-            State::Failed {
-                counted: Some(counted),
-                ..
-            } if !*stopped => {
-                *failing = FailingChange::Set(counted.clone());
-                *stopped = true;
-            }
-            _ => *stopped = true,
-        }
-    }
-    let mut commits: Vec<(String, KeyCommit)> = changes
-        .into_iter()
-        .filter_map(|(partition_key, change)| {
-            let row = &keys[partition_key];
-            let moved = change
-                .checkpoint
-                .map(|(position, index)| settled_for_key(entries, partition_key, position, index))
-                .filter(|new| row.checkpoint.as_ref().is_none_or(|old| new > old));
-            if moved.is_none() && change.failing == FailingChange::Keep {
-                return None;
-            }
-            let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
-            if let Some(moved) = &moved {
-                commit.below = Below::of(moved, change.prior.as_ref(), &row.state);
-            }
-            commit.checkpoint = moved;
-            commit.failing = change.failing;
-            commit.expires_at = Some(expires_at);
-            Some((partition_key.to_owned(), commit))
-        })
-        .collect();
-    commits.sort_by(|a, b| a.0.cmp(&b.0));
-    commits
-}
-
-/// What one key's row is to record, as the batch is walked.
-#[derive(Default)]
-struct KeyChange {
-    /// The key's last record done in order, and its index in the batch.
-    checkpoint: Option<(Position, usize)>,
-    /// The record done whole for the key before the aggregate `checkpoint` lies in.
-    prior: Option<SequenceNumber>,
-    failing: FailingChange,
-    stopped: bool,
-}
-
-/// `position` (of the entry at `index`), or its whole aggregate when no later sub-record of the
-/// aggregate belongs to `partition_key`: then every record of the key in it is done, and the
-/// key's row says so as a whole record. An aggregate's sub-records are adjacent in `entries`.
-fn settled_for_key(
-    entries: &[Entry],
-    partition_key: &str,
-    position: Position,
-    index: usize,
-) -> Position {
-    let Position::Record {
-        sequence,
-        sub_sequence: Some(_),
-    } = &position
-    else {
-        return position;
-    };
-    let more_of_key = entries[index + 1..]
-        .iter()
-        .take_while(|entry| entry.sequence() == sequence)
-        .any(|entry| entry.routing_key() == Some(partition_key));
-    if more_of_key {
-        position
-    } else {
-        Position::record(sequence.clone())
-    }
-}
-
-/// Writes the keys' rows; returns the keys whose row was not written, and why.
-async fn write(
-    store: &dyn CheckpointStore,
-    commits: &[(String, KeyCommit)],
-) -> Vec<(String, StopReason)> {
-    if commits.is_empty() {
-        return Vec::new();
-    }
-    let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
-    match store.commit_rows(&rows).await {
-        Ok(written) => commits
-            .iter()
-            .zip(written)
-            .filter(|(_, written)| !written)
-            .map(|((partition_key, commit), _)| {
-                tracing::error!(
-                    row = %commit.row,
-                    "another invocation wrote the partition key's row meanwhile; its records are reported"
-                );
-                (partition_key.clone(), StopReason::CheckpointFenced)
-            })
-            .collect(),
-        Err(error) => {
-            tracing::error!(%error, "could not write the partition keys' rows; reporting their records");
-            commits
-                .iter()
-                .map(|(partition_key, _)| {
-                    (
-                        partition_key.clone(),
-                        StopReason::CheckpointFailed(error.to_string()),
-                    )
-                })
-                .collect()
-        }
-    }
-}
-
 /// The shard's report: every record's disposition, and the lowest record not done (or not
-/// recorded) as the one reported.
+/// recorded) as the one reported. The first `recovered` entries are the lane's skipped
+/// records, reported under the gap; when one of them is not done, or the range was read in
+/// part (`cut`: dispatch stopped there), the batch's first record is reported.
 async fn finish<H: Handler>(
     runner: &Runner<'_, H>,
     mut report: ShardReport,
     entries: &[Entry],
     run: &keyed::Run,
     refused: Vec<(String, StopReason)>,
+    recovered: usize,
+    cut: Option<usize>,
 ) -> ShardReport {
     let lowest = run.lowest_not_done();
     let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
@@ -385,22 +312,26 @@ async fn finish<H: Handler>(
                 .map_or(StopReason::CheckpointFenced, |(_, reason)| reason);
             Some((index, reason))
         }
+        _ if cut.is_some_and(|cut| lowest >= cut) => Some((
+            recovered,
+            StopReason::GapUnread(format!(
+                "one invocation reads at most {} of them, in half its time left; the next one reads on",
+                crate::gap::MAX_RECOVERED_RECORDS
+            )),
+        )),
         _ if lowest < entries.len() => Some((lowest, run.reason(lowest, runner, entries).await)),
         _ => None,
     };
     let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
-    report
-        .records
-        .extend(
-            entries
-                .iter()
-                .zip(run.dispositions(reported))
-                .map(|(entry, disposition)| RecordReport {
-                    position: entry.position(),
-                    disposition,
-                }),
-        );
-    if let Some((index, reason)) = stopped {
+    let records: Vec<RecordReport> = entries
+        .iter()
+        .zip(run.dispositions(reported))
+        .map(|(entry, disposition)| RecordReport {
+            position: entry.position(),
+            disposition,
+        })
+        .collect();
+    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
         let sequence = entries[index].sequence().clone();
         tracing::info!(%sequence, %reason, "reporting the first record not done");
         report.stopped = Some((sequence, reason));
