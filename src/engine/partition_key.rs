@@ -76,7 +76,7 @@ pub(crate) async fn run_shard<H: Handler>(
     invocation: &Invocation,
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
-    let report = ShardReport::empty(key.clone(), entries.len());
+    let report = ShardReport::empty(key.clone());
     if let Some(gate) = settings.gate.as_deref()
         && let Some(held) = gate
             .check_partition_keys(settings.store.as_ref(), &key)
