@@ -260,7 +260,7 @@ async fn claim<H>(
                 settings.store.as_ref(),
                 key,
                 owner,
-                Vec::new(),
+                None,
                 ReportedChange::Keep,
             )
             .await;
@@ -319,7 +319,7 @@ async fn pass_gate<H: Handler>(
     first: Option<&Position>,
     (invocation, depth): (&Invocation, usize),
 ) -> (
-    Result<(Option<Position>, Vec<String>), StopReason>,
+    Result<(Option<Position>, Option<Vec<String>>), StopReason>,
     Vec<ShardReport>,
 ) {
     let mut parents = Vec::new();
@@ -343,7 +343,7 @@ async fn gate_or_tail<H: Handler>(
     first: Option<&Position>,
     (invocation, depth): (&Invocation, usize),
     parents: &mut Vec<ShardReport>,
-) -> Result<(Option<Position>, Vec<String>), StopReason> {
+) -> Result<(Option<Position>, Option<Vec<String>>), StopReason> {
     let checkpoint = match state.position() {
         Ok(checkpoint) => checkpoint,
         Err(error) => {
@@ -352,7 +352,7 @@ async fn gate_or_tail<H: Handler>(
                 settings.store.as_ref(),
                 key,
                 owner,
-                Vec::new(),
+                None,
                 ReportedChange::Keep,
             )
             .await;
@@ -360,7 +360,7 @@ async fn gate_or_tail<H: Handler>(
         }
     };
     let Some(gate) = &settings.gate else {
-        return Ok((checkpoint, Vec::new()));
+        return Ok((checkpoint, None));
     };
     let mut verdict = gate.check(settings.store.as_ref(), key, state).await;
     // A merge has two parents, each perhaps with a tail to run: one recovery per parent.
@@ -375,9 +375,9 @@ async fn gate_or_tail<H: Handler>(
         if !whole {
             break;
         }
-        let learnt = std::mem::take(&mut verdict.learnt_parents);
+        let learnt = verdict.learnt_parents.take();
         verdict = gate.check(settings.store.as_ref(), key, state).await;
-        if verdict.learnt_parents.is_empty() {
+        if verdict.learnt_parents.is_none() {
             verdict.learnt_parents = learnt;
         }
     }
@@ -440,14 +440,14 @@ pub(crate) async fn release(
     store: &dyn CheckpointStore,
     key: &LeaseKey,
     owner: &str,
-    parent_shards: Vec<String>,
+    parent_shards: Option<Vec<String>>,
     reported: ReportedChange,
 ) {
     let release = Commit {
-        parent_shards,
         reported,
         ..Commit::default()
-    };
+    }
+    .learnt_parents(parent_shards);
     if let Err(error) = store.commit(key, owner, &release).await {
         tracing::warn!(%error, "could not release the lease; it lapses by itself");
     }
@@ -462,7 +462,7 @@ async fn commit(
     key: &LeaseKey,
     owner: &str,
     (progress, below): (Option<&Position>, Below),
-    (parent_shards, reported): (Vec<String>, ReportedChange),
+    (parent_shards, reported): (Option<Vec<String>>, ReportedChange),
     done_above: Option<Vec<Position>>,
     dispatched: Dispatched,
 ) -> (Vec<Disposition>, Option<(usize, StopReason)>) {
@@ -476,10 +476,11 @@ async fn commit(
         checkpoint: progress.cloned(),
         below,
         failing,
-        parent_shards,
         done_above,
         reported,
-    };
+        ..Commit::default()
+    }
+    .learnt_parents(parent_shards);
     let reason = match store.commit(key, owner, &commit).await {
         Ok(true) => return (dispositions, stopped),
         Ok(false) => StopReason::CheckpointFenced,
@@ -558,11 +559,11 @@ async fn recover_or_release<H>(
     settings: &Settings<H>,
     (key, owner): (&LeaseKey, &str),
     (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: Vec<String>,
+    parent_shards: Option<Vec<String>>,
     entries: Vec<Entry>,
     invocation: &Invocation,
     mut report: ShardReport,
-) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
+) -> Result<(Recovery, Option<Vec<String>>, ShardReport), ShardReport> {
     let first = entries.first().map(Entry::position);
     match recover(settings, key, state, checkpoint, entries, invocation).await {
         Ok(recovery) => Ok((recovery, parent_shards, report)),
