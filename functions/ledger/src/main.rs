@@ -10,6 +10,11 @@
 //! `AWS_ENDPOINT_URL_SQS` and `AWS_ENDPOINT_URL_KINESIS` one service each, as `make local-up`
 //! does), and `AWS_LAMBDA_MAX_CONCURRENCY` (set by Lambda Managed Instances: how many
 //! invocations run at once in this process; unset or 1, one at a time).
+//!
+//! Nothing here sends a request or builds an SDK client before the first event: each client is
+//! built on its first request, and the HTTPS client trusts the roots AWS endpoints chain to,
+//! compiled in, unless `SSL_CERT_FILE`, `SSL_CERT_DIR` or a proxy variable is set (see
+//! `ledger::aws`).
 
 use std::sync::Arc;
 
@@ -24,7 +29,7 @@ use ledger::{DynamoBook, required};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     ledger::init_logging();
-    let config = aws_config::load_from_env().await;
+    let config = ledger::aws::sdk_config(ledger::aws::Roots::from_env()).await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let book = Arc::new(DynamoBook::new(&config, required("LEDGER_TABLE")?));
     let handler = ledger::handler(book);
