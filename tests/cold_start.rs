@@ -90,12 +90,18 @@ async fn a_shard_whose_row_records_no_parents_costs_a_cold_processor_no_kinesis_
         assert!(kinesis_calls(&requests).is_empty(), "{requests:?}");
         assert_eq!(
             requests,
-            ["DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.UpdateItem"],
+            [
+                "DynamoDB_20120810.UpdateItem",
+                "DynamoDB_20120810.UpdateItem"
+            ],
             "the claim and the commit, nothing else"
         );
     }
     let row = store.read(&key).await.unwrap();
-    assert_eq!(row.checkpoint.as_deref(), Some(common::sequence(4).as_str()));
+    assert_eq!(
+        row.checkpoint.as_deref(),
+        Some(common::sequence(4).as_str())
+    );
     assert!(row.parentless, "kept by later commits");
 }
 

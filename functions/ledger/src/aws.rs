@@ -54,7 +54,10 @@ impl Roots {
     /// ```
     #[must_use]
     pub fn from_env() -> Self {
-        if DEFER_TO_SDK.iter().any(|name| std::env::var_os(name).is_some()) {
+        if DEFER_TO_SDK
+            .iter()
+            .any(|name| std::env::var_os(name).is_some())
+        {
             Self::System
         } else {
             Self::AmazonTrustServices
