@@ -18,8 +18,10 @@
 //! [`Topology`]: [`KinesisTopology`] asks Kinesis (`ListShards`, `GetShardIterator`,
 //! `GetRecords`, `DescribeStreamSummary`). It is cached for the life of the process and asked
 //! again when a batch comes from a shard the cache does not know; a shard's parents are also
-//! written to its row, so later cold starts need no Kinesis call for it. Finished shards are
-//! remembered for the life of the process: a finished shard stays finished.
+//! written to its row (or, for a shard without any, that it has none: `parentless`), so later
+//! cold starts need no Kinesis call for it: an original shard's batch then costs the stream
+//! nothing at all. Finished shards are remembered for the life of the process: a finished shard
+//! stays finished.
 //!
 //! # Parent tail recovery
 //!
