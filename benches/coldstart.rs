@@ -239,12 +239,6 @@ fn main() {
         common::kinesis::Stream::create(&config, "orders").await;
         create_queue(&config).await
     });
-    let aws = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    };
     let ledger_env = aws(&[
         ("LEASE_TABLE", &leases),
         ("LEDGER_TABLE", &ledger),
@@ -255,6 +249,41 @@ fn main() {
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ]);
+    let dir = binaries(profile);
+    let mut functions = series(&dir, &ledger_env);
+    let order: Vec<&str> = functions.iter().map(|function| function.name).collect();
+
+    let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
+    let mut n = 0;
+    // One of each first, not counted: the page cache then holds both binaries.
+    for function in &mut functions {
+        function.run(&api, &mut n);
+        function.cold.clear();
+        function.warm.clear();
+    }
+    for run in 0..runs {
+        // Alternated, in turn going first, so drift and noise hit each alike.
+        functions.rotate_left(usize::from(run > 0));
+        for function in &mut functions {
+            function.run(&api, &mut n);
+        }
+    }
+    drop(api);
+    functions.sort_by_key(|function| order.iter().position(|name| *name == function.name));
+
+    report(&functions, &dir, runs);
+}
+
+/// Environment variables from pairs of strings.
+fn aws(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The series, in the order they are reported: the bare function, then the ledger's.
+fn series(dir: &Path, ledger_env: &[(String, String)]) -> Vec<Function> {
     // The SDK's own HTTPS client loads the system's root certificates: the bundle, then every
     // file of the certificate directory (292 here; Amazon Linux 2023, Lambda's image, keeps
     // little beside the bundle there). The ledger trusts the five Amazon Trust Services roots,
@@ -273,7 +302,7 @@ fn main() {
     .expect("a root certificate bundle");
     let cert_dir = Path::new(bundle).parent().unwrap().display().to_string();
     let with = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
-        let mut env = ledger_env.clone();
+        let mut env = ledger_env.to_vec();
         env.extend(aws(extra));
         env
     };
@@ -282,11 +311,10 @@ fn main() {
         ("SSL_CERT_FILE", bundle),
         ("SSL_CERT_DIR", &no_cert_dir.display().to_string()),
     ]);
-    let dir = binaries(profile);
     let ledger = dir.join("ledger");
     let mut functions = vec![
         Function::new("bare", true, dir.join("bare"), Vec::new()),
-        Function::new("ledger", true, ledger.clone(), ledger_env.clone()),
+        Function::new("ledger", true, ledger.clone(), ledger_env.to_vec()),
         Function::new(
             "ledger, system roots",
             true,
@@ -297,7 +325,7 @@ fn main() {
             "ledger, empty event",
             false,
             ledger.clone(),
-            ledger_env.clone(),
+            ledger_env.to_vec(),
         ),
         Function::new(
             "ledger, empty event, system roots",
@@ -320,37 +348,16 @@ fn main() {
             "before: ledger",
             true,
             ledger.clone(),
-            ledger_env.clone(),
+            ledger_env.to_vec(),
         ));
         functions.push(Function::new(
             "before: ledger, empty event",
             false,
             ledger,
-            ledger_env,
+            ledger_env.to_vec(),
         ));
     }
-
-    let order: Vec<&str> = functions.iter().map(|function| function.name).collect();
-
-    let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
-    let mut n = 0;
-    // One of each first, not counted: the page cache then holds both binaries.
-    for function in &mut functions {
-        function.run(&api, &mut n);
-        function.cold.clear();
-        function.warm.clear();
-    }
-    for run in 0..runs {
-        // Alternated, in turn going first, so drift and noise hit each alike.
-        functions.rotate_left(usize::from(run > 0));
-        for function in &mut functions {
-            function.run(&api, &mut n);
-        }
-    }
-    drop(api);
-    functions.sort_by_key(|function| order.iter().position(|name| *name == function.name));
-
-    report(&functions, &dir, runs);
+    functions
 }
 
 /// Prints median and p90 of each series, and the ratios to the bare function.

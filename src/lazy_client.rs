@@ -25,8 +25,11 @@ pub(crate) struct LazyClient<C> {
 struct Inner<C> {
     client: OnceLock<C>,
     /// How to build it, until it is; `None` for a client given ready.
-    recipe: Option<(SdkConfig, fn(&SdkConfig) -> C)>,
+    recipe: Option<Recipe<C>>,
 }
+
+/// A configuration, and the constructor that makes the client of it.
+type Recipe<C> = (SdkConfig, fn(&SdkConfig) -> C);
 
 impl<C> LazyClient<C> {
     /// A client `build` makes from `config` when it is first asked for.
