@@ -9,7 +9,9 @@
 //! row then records that it has none). The bare function answers "no failures" without any
 //! I/O: the floor of what any Rust function pays. Each process also gets a second invocation,
 //! timed on its own, so that the cold start can be split into start-up and the invocation's
-//! own work. The series with an empty event (`{"Records": []}`), which the ledger answers
+//! own work, and the CPU time the process spent up to its first response (all its threads,
+//! from `/proc`) is read: on a shared machine wall time swings with the load, CPU time much
+//! less. The series with an empty event (`{"Records": []}`), which the ledger answers
 //! without any request, are its start-up alone.
 //!
 //! The root certificates: the ledger trusts the Amazon Trust Services roots compiled in; the
@@ -138,6 +140,21 @@ struct Function {
     cold: Vec<Duration>,
     /// The second invocation of the same process, per run.
     warm: Vec<Duration>,
+    /// CPU time the process spent up to its first response, every thread, per run: what the
+    /// cold start costs, unlike wall time unaffected by other work on the machine.
+    cpu: Vec<Duration>,
+}
+
+/// The CPU time of every thread of process `pid` so far, from `/proc/<pid>/task/*/schedstat`
+/// (nanoseconds on a CPU, the first field; the workspace forbids the `unsafe` of `getrusage`).
+fn cpu_time(pid: u32) -> Duration {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    let nanos = tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 impl Function {
@@ -154,6 +171,7 @@ impl Function {
             env,
             cold: Vec::new(),
             warm: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
@@ -187,6 +205,7 @@ impl Function {
             .unwrap_or_else(|e| panic!("{} starts: {e}", self.binary.display()));
         let first = api.invoke(&first_event);
         self.cold.push(start.elapsed());
+        self.cpu.push(cpu_time(child.id()));
         let warm = Instant::now();
         let second = api.invoke(&second_event);
         self.warm.push(warm.elapsed());
@@ -260,6 +279,7 @@ fn main() {
         function.run(&api, &mut n);
         function.cold.clear();
         function.warm.clear();
+        function.cpu.clear();
     }
     for run in 0..runs {
         // Alternated, in turn going first, so drift and noise hit each alike.
@@ -367,8 +387,13 @@ fn report(functions: &[Function], dir: &Path, runs: usize) {
         dir.display()
     );
     println!(
-        "{:<35} {:>12} {:>10} {:>12} {:>19}",
-        "function", "cold median", "cold p90", "warm median", "cold - warm median"
+        "{:<35} {:>12} {:>10} {:>12} {:>19} {:>16}",
+        "function",
+        "cold median",
+        "cold p90",
+        "warm median",
+        "cold - warm median",
+        "cold CPU median"
     );
     for function in functions {
         let startup: Vec<Duration> = function
@@ -378,21 +403,23 @@ fn report(functions: &[Function], dir: &Path, runs: usize) {
             .map(|(cold, warm)| cold.saturating_sub(*warm))
             .collect();
         println!(
-            "{:<35} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
+            "{:<35} {:>12.2} {:>10.2} {:>12.2} {:>19.2} {:>16.2}",
             function.name,
             ms(percentile(&function.cold, 50)),
             ms(percentile(&function.cold, 90)),
             ms(percentile(&function.warm, 50)),
             ms(percentile(&startup, 50)),
+            ms(percentile(&function.cpu, 50)),
         );
     }
     let bare = &functions[0];
     for ledger in &functions[1..] {
         println!(
-            "ratio {} / bare, cold median: {:.2} (p90: {:.2})",
+            "ratio {} / bare, cold median: {:.2} (p90: {:.2}; CPU median: {:.2})",
             ledger.name,
             ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
             ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
+            ms(percentile(&ledger.cpu, 50)) / ms(percentile(&bare.cpu, 50)),
         );
     }
     // The same series of the earlier binaries, when they ran.
@@ -400,8 +427,9 @@ fn report(functions: &[Function], dir: &Path, runs: usize) {
         let name = &before.name["before: ".len()..];
         if let Some(after) = functions.iter().find(|f| f.name == name) {
             println!(
-                "ratio {name}, now / before, cold median: {:.2}",
+                "ratio {name}, now / before, cold median: {:.2} (CPU median: {:.2})",
                 ms(percentile(&after.cold, 50)) / ms(percentile(&before.cold, 50)),
+                ms(percentile(&after.cpu, 50)) / ms(percentile(&before.cpu, 50)),
             );
         }
     }
