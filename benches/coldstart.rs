@@ -4,18 +4,26 @@
 //!
 //! The ledger's first response is a real one: moto (started here) holds its lease and ledger
 //! tables, the stream `orders` its parent gate reads and its dead-letter queue, and each cold
-//! start gets a record it has not seen, so it claims the lease, reads the topology, writes the
-//! order and the checkpoint. The bare function answers "no failures" without any I/O: the floor
-//! of what any Rust function pays. Each process also gets a second invocation, timed on its
-//! own, so that the cold start can be split into start-up and the invocation's own work. A third
-//! series starts the ledger with an empty event (`{"Records": []}`), which it answers without
-//! any request: its start-up alone, beside the bare function's; a fourth does the same with
-//! `SSL_CERT_FILE` at the system's bundle and `SSL_CERT_DIR` at an empty directory, to show what
-//! scanning this machine's certificate directory costs.
+//! start gets a record it has not seen, so it claims the lease, writes the order and the
+//! checkpoint (and, on the shard's very first batch only, asks the stream for its parents: the
+//! row then records that it has none). The bare function answers "no failures" without any
+//! I/O: the floor of what any Rust function pays. Each process also gets a second invocation,
+//! timed on its own, so that the cold start can be split into start-up and the invocation's
+//! own work, and the CPU time the process spent up to its first response (all its threads,
+//! from `/proc`) is read: on a shared machine wall time swings with the load, CPU time much
+//! less. The series with an empty event (`{"Records": []}`), which the ledger answers
+//! without any request, are its start-up alone.
+//!
+//! The root certificates: the ledger trusts the Amazon Trust Services roots compiled in; the
+//! series "system roots" set `SSL_CERT_FILE` and `SSL_CERT_DIR` to the system's bundle and
+//! directory (what the SDK's own client reads by default), "bundle only" the bundle with an
+//! empty directory.
 //!
 //! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
-//! (`cargo build --release -p ledger -p bare`). `COLDSTART_RUNS` (default 20) cold starts of
-//! each. `cargo bench --bench coldstart`.
+//! (`cargo build --release -p ledger -p bare`). `COLDSTART_BINARIES` names another directory
+//! holding both (another profile's); `COLDSTART_BEFORE` a directory holding an earlier
+//! `ledger`, run in the same alternation, for a before-and-after. `COLDSTART_RUNS` (default 20)
+//! cold starts of each. `cargo bench --bench coldstart`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -97,17 +105,16 @@ fn cargo_lambda() -> PathBuf {
     }
 }
 
-/// The function binary of `profile` (`release` when benchmarking).
-fn binary(profile: &str, name: &str) -> PathBuf {
+/// Where the function binaries are: `COLDSTART_BINARIES` (a directory holding `ledger` and
+/// `bare`, such as `target/host-lambda/lambda` for the `lambda` profile), else the target
+/// directory's `profile`.
+fn binaries(profile: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("COLDSTART_BINARIES") {
+        return dir.into();
+    }
     let dir =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let path = dir.join(profile).join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo build --release -p ledger -p bare` (make bench does)",
-        path.display()
-    );
-    path
+    dir.join(profile)
 }
 
 /// An event of one order record of the shard, numbered `n`: a record the ledger has not seen
@@ -133,9 +140,41 @@ struct Function {
     cold: Vec<Duration>,
     /// The second invocation of the same process, per run.
     warm: Vec<Duration>,
+    /// CPU time the process spent up to its first response, every thread, per run: what the
+    /// cold start costs, unlike wall time unaffected by other work on the machine.
+    cpu: Vec<Duration>,
+}
+
+/// The CPU time of every thread of process `pid` so far, from `/proc/<pid>/task/*/schedstat`
+/// (nanoseconds on a CPU, the first field; the workspace forbids the `unsafe` of `getrusage`).
+fn cpu_time(pid: u32) -> Duration {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    let nanos = tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 impl Function {
+    fn new(name: &'static str, records: bool, binary: PathBuf, env: Vec<(String, String)>) -> Self {
+        assert!(
+            binary.exists(),
+            "{} is missing: `cargo build --release -p ledger -p bare` (make bench does)",
+            binary.display()
+        );
+        Self {
+            name,
+            records,
+            binary,
+            env,
+            cold: Vec::new(),
+            warm: Vec::new(),
+            cpu: Vec::new(),
+        }
+    }
+
     /// Starts the function against `api`, invokes it twice with fresh records and stops it.
     fn run(&mut self, api: &RuntimeApi, n: &mut u64) {
         let mut next_event = || {
@@ -166,6 +205,7 @@ impl Function {
             .unwrap_or_else(|e| panic!("{} starts: {e}", self.binary.display()));
         let first = api.invoke(&first_event);
         self.cold.push(start.elapsed());
+        self.cpu.push(cpu_time(child.id()));
         let warm = Instant::now();
         let second = api.invoke(&second_event);
         self.warm.push(warm.elapsed());
@@ -218,20 +258,6 @@ fn main() {
         common::kinesis::Stream::create(&config, "orders").await;
         create_queue(&config).await
     });
-    let aws = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    };
-    let bare = Function {
-        name: "bare",
-        records: true,
-        binary: binary(profile, "bare"),
-        env: Vec::new(),
-        cold: Vec::new(),
-        warm: Vec::new(),
-    };
     let ledger_env = aws(&[
         ("LEASE_TABLE", &leases),
         ("LEDGER_TABLE", &ledger),
@@ -242,56 +268,18 @@ fn main() {
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ]);
-    let ledger_fn = Function {
-        name: "ledger",
-        records: true,
-        binary: binary(profile, "ledger"),
-        env: ledger_env.clone(),
-        cold: Vec::new(),
-        warm: Vec::new(),
-    };
-    // The SDK's HTTPS client loads the system's root certificates at start-up: the bundle, then
-    // every file of the certificate directory (292 here; Amazon Linux 2023, Lambda's image, keeps
-    // little beside the bundle there). The bundle with an empty directory shows what the scan
-    // costs. Both variables are set: either one alone replaces the system's defaults, and an
-    // empty directory alone would leave the client without any root.
-    let no_cert_dir = root().join("target/coldstart-empty-cert-dir");
-    std::fs::create_dir_all(&no_cert_dir).unwrap();
-    let bundle = [
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/pki/tls/certs/ca-bundle.crt",
-    ]
-    .into_iter()
-    .find(|path| Path::new(path).exists())
-    .expect("a root certificate bundle");
-    let mut bundle_only_env = ledger_env.clone();
-    bundle_only_env.push(("SSL_CERT_FILE".into(), bundle.into()));
-    bundle_only_env.push(("SSL_CERT_DIR".into(), no_cert_dir.display().to_string()));
-    let ledger_empty = Function {
-        name: "ledger, empty event",
-        records: false,
-        binary: binary(profile, "ledger"),
-        env: ledger_env,
-        cold: Vec::new(),
-        warm: Vec::new(),
-    };
-    let ledger_bundle_only = Function {
-        name: "ledger, empty event, bundle only",
-        records: false,
-        binary: binary(profile, "ledger"),
-        env: bundle_only_env,
-        cold: Vec::new(),
-        warm: Vec::new(),
-    };
+    let dir = binaries(profile);
+    let mut functions = series(&dir, &ledger_env);
+    let order: Vec<&str> = functions.iter().map(|function| function.name).collect();
 
     let api = RuntimeApi::start(&root().join("target/coldstart-runtime-api.log"));
     let mut n = 0;
-    let mut functions = [bare, ledger_fn, ledger_empty, ledger_bundle_only];
     // One of each first, not counted: the page cache then holds both binaries.
     for function in &mut functions {
         function.run(&api, &mut n);
         function.cold.clear();
         function.warm.clear();
+        function.cpu.clear();
     }
     for run in 0..runs {
         // Alternated, in turn going first, so drift and noise hit each alike.
@@ -301,17 +289,111 @@ fn main() {
         }
     }
     drop(api);
-    functions.sort_by_key(|function| (function.name != "bare", function.name.len()));
+    functions.sort_by_key(|function| order.iter().position(|name| *name == function.name));
 
-    report(&functions, profile, runs);
+    report(&functions, &dir, runs);
+}
+
+/// Environment variables from pairs of strings.
+fn aws(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The series, in the order they are reported: the bare function, then the ledger's.
+fn series(dir: &Path, ledger_env: &[(String, String)]) -> Vec<Function> {
+    // The SDK's own HTTPS client loads the system's root certificates: the bundle, then every
+    // file of the certificate directory (292 here; Amazon Linux 2023, Lambda's image, keeps
+    // little beside the bundle there). The ledger trusts the five Amazon Trust Services roots,
+    // compiled in, unless `SSL_CERT_FILE`, `SSL_CERT_DIR` or a proxy is set (`ledger::aws`):
+    // these series set them to compare. Both variables are set each time: either one alone
+    // replaces the system's defaults, and an empty directory alone would leave the client
+    // without any root.
+    let no_cert_dir = root().join("target/coldstart-empty-cert-dir");
+    std::fs::create_dir_all(&no_cert_dir).unwrap();
+    let bundle = [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+    ]
+    .into_iter()
+    .find(|path| Path::new(path).exists())
+    .expect("a root certificate bundle");
+    let cert_dir = Path::new(bundle).parent().unwrap().display().to_string();
+    let with = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut env = ledger_env.to_vec();
+        env.extend(aws(extra));
+        env
+    };
+    let system_roots = with(&[("SSL_CERT_FILE", bundle), ("SSL_CERT_DIR", &cert_dir)]);
+    let bundle_only = with(&[
+        ("SSL_CERT_FILE", bundle),
+        ("SSL_CERT_DIR", &no_cert_dir.display().to_string()),
+    ]);
+    let ledger = dir.join("ledger");
+    let mut functions = vec![
+        Function::new("bare", true, dir.join("bare"), Vec::new()),
+        Function::new("ledger", true, ledger.clone(), ledger_env.to_vec()),
+        Function::new(
+            "ledger, system roots",
+            true,
+            ledger.clone(),
+            system_roots.clone(),
+        ),
+        Function::new(
+            "ledger, empty event",
+            false,
+            ledger.clone(),
+            ledger_env.to_vec(),
+        ),
+        Function::new(
+            "ledger, empty event, system roots",
+            false,
+            ledger.clone(),
+            system_roots,
+        ),
+        Function::new(
+            "ledger, empty event, bundle only",
+            false,
+            ledger,
+            bundle_only,
+        ),
+    ];
+    // The binaries of an earlier commit, for a before-and-after in the same run.
+    if let Some(before) = std::env::var_os("COLDSTART_BEFORE").map(PathBuf::from) {
+        let ledger = before.join("ledger");
+        assert!(ledger.exists(), "{} is missing", ledger.display());
+        functions.push(Function::new(
+            "before: ledger",
+            true,
+            ledger.clone(),
+            ledger_env.to_vec(),
+        ));
+        functions.push(Function::new(
+            "before: ledger, empty event",
+            false,
+            ledger,
+            ledger_env.to_vec(),
+        ));
+    }
+    functions
 }
 
 /// Prints median and p90 of each series, and the ratios to the bare function.
-fn report(functions: &[Function], profile: &str, runs: usize) {
-    println!("cold start of the {profile} builds over {runs} runs of each, alternated (ms)");
+fn report(functions: &[Function], dir: &Path, runs: usize) {
     println!(
-        "{:<33} {:>12} {:>10} {:>12} {:>19}",
-        "function", "cold median", "cold p90", "warm median", "cold - warm median"
+        "cold start of the binaries in {} over {runs} runs of each, alternated (ms)",
+        dir.display()
+    );
+    println!(
+        "{:<35} {:>12} {:>10} {:>12} {:>19} {:>16}",
+        "function",
+        "cold median",
+        "cold p90",
+        "warm median",
+        "cold - warm median",
+        "cold CPU median"
     );
     for function in functions {
         let startup: Vec<Duration> = function
@@ -321,21 +403,34 @@ fn report(functions: &[Function], profile: &str, runs: usize) {
             .map(|(cold, warm)| cold.saturating_sub(*warm))
             .collect();
         println!(
-            "{:<33} {:>12.2} {:>10.2} {:>12.2} {:>19.2}",
+            "{:<35} {:>12.2} {:>10.2} {:>12.2} {:>19.2} {:>16.2}",
             function.name,
             ms(percentile(&function.cold, 50)),
             ms(percentile(&function.cold, 90)),
             ms(percentile(&function.warm, 50)),
             ms(percentile(&startup, 50)),
+            ms(percentile(&function.cpu, 50)),
         );
     }
     let bare = &functions[0];
     for ledger in &functions[1..] {
         println!(
-            "ratio {} / bare, cold median: {:.2} (p90: {:.2})",
+            "ratio {} / bare, cold median: {:.2} (p90: {:.2}; CPU median: {:.2})",
             ledger.name,
             ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
             ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
+            ms(percentile(&ledger.cpu, 50)) / ms(percentile(&bare.cpu, 50)),
         );
+    }
+    // The same series of the earlier binaries, when they ran.
+    for before in functions.iter().filter(|f| f.name.starts_with("before: ")) {
+        let name = &before.name["before: ".len()..];
+        if let Some(after) = functions.iter().find(|f| f.name == name) {
+            println!(
+                "ratio {name}, now / before, cold median: {:.2} (CPU median: {:.2})",
+                ms(percentile(&after.cold, 50)) / ms(percentile(&before.cold, 50)),
+                ms(percentile(&after.cpu, 50)) / ms(percentile(&before.cpu, 50)),
+            );
+        }
     }
 }

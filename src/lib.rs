@@ -107,6 +107,8 @@ pub mod gate;
 mod handler;
 mod key;
 pub mod kpl;
+#[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
+mod lazy_client;
 #[cfg(feature = "testing")]
 pub mod local;
 pub mod metrics;

@@ -254,6 +254,55 @@ async fn children_wait_for_their_parents_across_a_split_and_a_merge_and_keys_sta
 }
 
 #[tokio::test]
+async fn cold_processors_read_the_lineage_from_the_rows_and_a_child_still_waits_for_its_parent() {
+    let setup = setup().await;
+    for n in 0..2 {
+        setup.stream.put("customer", n).await;
+    }
+    setup.stream.split(PARENT).await;
+    setup.stream.put("customer", 2).await;
+    let child = setup.child_with_records().await;
+    let child_shard = if setup.stream.batch(LEFT).await.records.is_empty() {
+        RIGHT
+    } else {
+        LEFT
+    };
+    let log = Log::default();
+    // Each delivery in a new process: a processor of its own, its gate knowing nothing.
+    let cold = || setup.processor(&log, None, StartingPosition::TrimHorizon);
+
+    assert_eq!(
+        held_by(deliver(&cold().await, child.clone(), "c1").await),
+        PARENT
+    );
+    let child_row = setup.row(child_shard).await;
+    assert_eq!(child_row.known_parents(), Some(&[PARENT.to_owned()][..]));
+    assert!(!child_row.parentless);
+    // The row names the parent: the child still waits for it after a cold start.
+    assert_eq!(
+        held_by(deliver(&cold().await, child.clone(), "c2").await),
+        PARENT
+    );
+    assert!(log.all().is_empty());
+
+    assert_eq!(
+        deliver(&cold().await, setup.stream.batch(PARENT).await, "p1").await,
+        None
+    );
+    let parent_row = setup.row(PARENT).await;
+    assert!(
+        parent_row.parentless,
+        "an original shard's row records that it has no parents: {parent_row:?}"
+    );
+    assert_eq!(deliver(&cold().await, child, "c3").await, None);
+    assert_order_per_key(&log.all(), 3);
+    assert_eq!(
+        setup.row(PARENT).await.checkpoint.as_deref(),
+        Some(SHARD_END)
+    );
+}
+
+#[tokio::test]
 async fn a_child_waits_while_its_parents_last_record_keeps_failing() {
     let setup = setup().await;
     for n in 0..3 {

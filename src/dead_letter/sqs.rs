@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use super::message::Message;
 use super::queue::{MessageQueue, Received, send_letter};
 use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+use crate::lazy_client::LazyClient;
 use crate::store::BoxFuture;
 
 /// The largest message every SQS queue accepts (256 KiB, the `MaximumMessageSize` of queues made
@@ -50,7 +51,8 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 262_144;
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqsDeadLetters {
-    client: Client,
+    /// Built on the first message: most processes never send one.
+    client: LazyClient<Client>,
     queue_url: String,
     max_message_bytes: usize,
 }
@@ -67,7 +69,7 @@ impl SqsDeadLetters {
     /// ```
     #[must_use]
     pub fn new(config: &aws_config::SdkConfig, queue_url: impl Into<String>) -> Self {
-        Self::from_client(Client::new(config), queue_url)
+        Self::with(LazyClient::new(config, Client::new), queue_url)
     }
 
     /// Sends through an existing client.
@@ -81,6 +83,10 @@ impl SqsDeadLetters {
     /// ```
     #[must_use]
     pub fn from_client(client: Client, queue_url: impl Into<String>) -> Self {
+        Self::with(LazyClient::ready(client), queue_url)
+    }
+
+    fn with(client: LazyClient<Client>, queue_url: impl Into<String>) -> Self {
         Self {
             client,
             queue_url: queue_url.into(),

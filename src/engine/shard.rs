@@ -177,7 +177,7 @@ async fn run_shard_at<H: Handler>(
             &entries,
             pending,
             (&state, checkpoint.as_ref()),
-            &parent_shards,
+            parent_shards.as_deref(),
             dispatched,
         )
     };
@@ -251,7 +251,7 @@ async fn claim<H>(
                 settings.store.as_ref(),
                 key,
                 owner,
-                Vec::new(),
+                None,
                 ReportedChange::Keep,
             )
             .await;
@@ -310,7 +310,7 @@ async fn pass_gate<H: Handler>(
     first: Option<&Position>,
     (invocation, depth): (&Invocation, usize),
 ) -> (
-    Result<(Option<Position>, Vec<String>), StopReason>,
+    Result<(Option<Position>, Option<Vec<String>>), StopReason>,
     Vec<ShardReport>,
 ) {
     let mut parents = Vec::new();
@@ -334,7 +334,7 @@ async fn gate_or_tail<H: Handler>(
     first: Option<&Position>,
     (invocation, depth): (&Invocation, usize),
     parents: &mut Vec<ShardReport>,
-) -> Result<(Option<Position>, Vec<String>), StopReason> {
+) -> Result<(Option<Position>, Option<Vec<String>>), StopReason> {
     let checkpoint = match state.position() {
         Ok(checkpoint) => checkpoint,
         Err(error) => {
@@ -343,7 +343,7 @@ async fn gate_or_tail<H: Handler>(
                 settings.store.as_ref(),
                 key,
                 owner,
-                Vec::new(),
+                None,
                 ReportedChange::Keep,
             )
             .await;
@@ -351,7 +351,7 @@ async fn gate_or_tail<H: Handler>(
         }
     };
     let Some(gate) = &settings.gate else {
-        return Ok((checkpoint, Vec::new()));
+        return Ok((checkpoint, None));
     };
     let mut verdict = gate.check(settings.store.as_ref(), key, state).await;
     // A merge has two parents, each perhaps with a tail to run: one recovery per parent.
@@ -366,9 +366,9 @@ async fn gate_or_tail<H: Handler>(
         if !whole {
             break;
         }
-        let learnt = std::mem::take(&mut verdict.learnt_parents);
+        let learnt = verdict.learnt_parents.take();
         verdict = gate.check(settings.store.as_ref(), key, state).await;
-        if verdict.learnt_parents.is_empty() {
+        if verdict.learnt_parents.is_none() {
             verdict.learnt_parents = learnt;
         }
     }
@@ -431,14 +431,14 @@ pub(crate) async fn release(
     store: &dyn CheckpointStore,
     key: &LeaseKey,
     owner: &str,
-    parent_shards: Vec<String>,
+    parent_shards: Option<Vec<String>>,
     reported: ReportedChange,
 ) {
     let release = Commit {
-        parent_shards,
         reported,
         ..Commit::default()
-    };
+    }
+    .learnt_parents(parent_shards);
     if let Err(error) = store.commit(key, owner, &release).await {
         tracing::warn!(%error, "could not release the lease; it lapses by itself");
     }
@@ -453,7 +453,7 @@ pub(crate) fn last_write(
     entries: &[Entry],
     pending: &[Entry],
     (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: &[String],
+    parent_shards: Option<&[String]>,
     dispatched: &Dispatched,
 ) -> (Option<Position>, Commit) {
     let progress = dispatched
@@ -481,10 +481,11 @@ pub(crate) fn last_write(
         checkpoint: progress.clone(),
         below,
         failing: dispatched.failing.clone(),
-        parent_shards: parent_shards.to_vec(),
         done_above,
         reported,
-    };
+        ..Commit::default()
+    }
+    .learnt_parents(parent_shards.map(<[String]>::to_vec));
     (progress, commit)
 }
 
@@ -565,11 +566,11 @@ async fn recover_or_release<H>(
     settings: &Settings<H>,
     (key, owner): (&LeaseKey, &str),
     (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: Vec<String>,
+    parent_shards: Option<Vec<String>>,
     entries: Vec<Entry>,
     invocation: &Invocation,
     mut report: ShardReport,
-) -> Result<(Recovery, Vec<String>, ShardReport), ShardReport> {
+) -> Result<(Recovery, Option<Vec<String>>, ShardReport), ShardReport> {
     let first = entries.first().map(Entry::position);
     match recover(settings, key, state, checkpoint, entries, invocation).await {
         Ok(recovery) => Ok((recovery, parent_shards, report)),

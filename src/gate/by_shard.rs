@@ -20,8 +20,9 @@ use crate::store::{CheckpointStore, LeaseError, LeaseState};
 pub struct Verdict {
     /// `None` when the shard may run; why it waits otherwise.
     pub held: Option<Held>,
-    /// The shard's parents, to be written to its row when it did not list them yet.
-    pub learnt_parents: Vec<String>,
+    /// The shard's parents as just learnt from the stream, to be written to its row (an empty
+    /// list: it has none); `None` when the row already knew them, or nothing was learnt.
+    pub learnt_parents: Option<Vec<String>>,
     /// The closed, unfinished parent (or ancestor) that holds the shard and whose row proves
     /// trouble: the invocation may recover its tail under its lease, then ask again.
     pub(crate) tail: Option<LeaseKey>,
@@ -31,7 +32,7 @@ pub struct Verdict {
 fn unknown(error: &dyn std::fmt::Display) -> Verdict {
     Verdict {
         held: Some(held_unknown(error)),
-        learnt_parents: Vec::new(),
+        learnt_parents: None,
         tail: None,
     }
 }
@@ -46,22 +47,24 @@ pub(super) async fn check(
     state: &LeaseState,
     aged: bool,
 ) -> Verdict {
-    let (parents, learnt_parents) = if state.parent_shards.is_empty() {
+    // A row that records the parents (or that there are none) costs the stream nothing: after
+    // a cold start, an original shard's batch asks Kinesis no question.
+    let (parents, learnt_parents) = if let Some(known) = state.known_parents() {
+        (known.to_vec(), None)
+    } else {
         match lineage.shard(key.stream(), key.shard(), false).await {
-            Ok(Some(info)) => (info.parents.clone(), info.parents),
+            Ok(Some(info)) => (info.parents.clone(), Some(info.parents)),
             Ok(None) => {
                 return Verdict {
                     held: Some(Held::Unknown {
                         error: format!("shard {} is not listed by the stream", key.shard()),
                     }),
-                    learnt_parents: Vec::new(),
+                    learnt_parents: None,
                     tail: None,
                 };
             }
             Err(error) => return unknown(&error),
         }
-    } else {
-        (state.parent_shards.clone(), Vec::new())
     };
     for parent in parents {
         match parent_finished(

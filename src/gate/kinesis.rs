@@ -11,6 +11,7 @@ use super::kinesis_range;
 use super::topology::{ShardInfo, Topology, TopologyError};
 use crate::gap::{RangeRead, ReadBudget, SkippedRange};
 use crate::key::LeaseKey;
+use crate::lazy_client::LazyClient;
 use crate::record::Record;
 use crate::store::BoxFuture;
 
@@ -31,7 +32,9 @@ const MAX_PAGES: usize = 100;
 /// ```
 #[derive(Debug, Clone)]
 pub struct KinesisTopology {
-    client: Client,
+    /// Built on the first request: a process whose shards' rows know their parents never
+    /// builds it (see `lazy_client`).
+    client: LazyClient<Client>,
     records_per_page: Option<i32>,
 }
 
@@ -47,7 +50,7 @@ impl KinesisTopology {
     #[must_use]
     pub fn new(config: &aws_config::SdkConfig) -> Self {
         Self {
-            client: Client::new(config),
+            client: LazyClient::new(config, Client::new),
             records_per_page: None,
         }
     }

@@ -18,8 +18,10 @@
 //! [`Topology`]: [`KinesisTopology`] asks Kinesis (`ListShards`, `GetShardIterator`,
 //! `GetRecords`, `DescribeStreamSummary`). It is cached for the life of the process and asked
 //! again when a batch comes from a shard the cache does not know; a shard's parents are also
-//! written to its row, so later cold starts need no Kinesis call for it. Finished shards are
-//! remembered for the life of the process: a finished shard stays finished.
+//! written to its row (or, for a shard without any, that it has none: `parentless`), so later
+//! cold starts need no Kinesis call for it: an original shard's batch then costs the stream
+//! nothing at all. Finished shards are remembered for the life of the process: a finished shard
+//! stays finished.
 //!
 //! # Parent tail recovery
 //!
@@ -306,9 +308,10 @@ mod tests {
 
         let first = gate.check(&store, &child, &LeaseState::default()).await;
         assert_eq!(first.held, None);
-        assert_eq!(first.learnt_parents, ["shardId-000000000000"]);
+        let learnt = first.learnt_parents.expect("asked the stream");
+        assert_eq!(learnt, ["shardId-000000000000"]);
         let known = LeaseState {
-            parent_shards: first.learnt_parents,
+            parent_shards: learnt,
             ..LeaseState::default()
         };
         for _ in 0..3 {
@@ -331,6 +334,40 @@ mod tests {
             .unwrap();
         assert_eq!(parent.checkpoint.as_deref(), Some(SHARD_END));
         assert!(parent.expires_at.is_some());
+    }
+
+    #[tokio::test]
+    async fn an_original_shard_learns_it_has_no_parents_once_and_its_row_then_asks_nothing() {
+        let topology = Arc::new(Split::default());
+        let gate = Gate::new(topology.clone(), StartingPosition::TrimHorizon);
+        let store = MemoryLeaseStore::new();
+        let original = LeaseKey::new("orders", "shardId-000000000000");
+
+        let first = gate.check(&store, &original, &LeaseState::default()).await;
+        assert_eq!(first.held, None);
+        assert_eq!(
+            first.learnt_parents,
+            Some(Vec::new()),
+            "none, learnt: to be recorded"
+        );
+        assert_eq!(topology.listings.load(Ordering::SeqCst), 1);
+
+        // A cold process (nothing cached) reading a row that records it.
+        let cold_topology = Arc::new(Split::default());
+        let cold = Gate::new(cold_topology.clone(), StartingPosition::TrimHorizon);
+        let recorded = LeaseState {
+            parentless: true,
+            ..LeaseState::default()
+        };
+        let verdict = cold.check(&store, &original, &recorded).await;
+        assert_eq!(verdict.held, None);
+        assert_eq!(verdict.learnt_parents, None, "nothing new to write");
+        assert_eq!(
+            cold_topology.listings.load(Ordering::SeqCst),
+            0,
+            "the row answers"
+        );
+        assert_eq!(cold_topology.reads.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

@@ -76,11 +76,27 @@ pub struct Commit {
     pub failing: FailingChange,
     /// The shard's parents, when they were just learnt from the stream (empty: leave as is).
     pub parent_shards: Vec<String>,
+    /// The stream says the shard has no parents, just learnt: the row records it
+    /// ([`LeaseState::parentless`]). Ignored when `parent_shards` lists any.
+    pub parentless: bool,
     /// The records done above the new checkpoint, when they changed (`Some` of an empty list
     /// forgets them all; `None` leaves them as they are).
     pub done_above: Option<Vec<Position>>,
     /// The change to the record reported to Lambda (see [`LeaseState::reported`]).
     pub reported: ReportedChange,
+}
+
+impl Commit {
+    /// The commit with the parents the gate just learnt from the stream (`None`: it learnt
+    /// nothing, the row keeps what it records): listed in `parent_shards`, or, when there are
+    /// none, recorded as [`parentless`](Commit::parentless).
+    pub(crate) fn learnt_parents(mut self, learnt: Option<Vec<String>>) -> Self {
+        if let Some(parents) = learnt {
+            self.parentless = parents.is_empty();
+            self.parent_shards = parents;
+        }
+        self
+    }
 }
 
 /// The write of one partition key's row in the partition-key mode (see

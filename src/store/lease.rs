@@ -86,6 +86,12 @@ pub struct LeaseState {
     pub lease_counter: u64,
     /// The shard's parents, once learnt from the stream's topology.
     pub parent_shards: Vec<String>,
+    /// The row records that the shard has no parents (an original shard), learnt from the
+    /// stream's topology: the gate asks the stream nothing more for it, even after a cold start.
+    /// `false` in a row that lists its parents, and in one that does not know them yet (written
+    /// before this attribute, or by a store that does not keep it): an empty `parent_shards` is
+    /// then "unknown", and the gate asks. See [`LeaseState::known_parents`].
+    pub parentless: bool,
     /// The record that keeps failing, and how often it has.
     pub failing: Option<FailingRecord>,
     /// When `DynamoDB` may delete the row (epoch seconds), set once the shard is finished.

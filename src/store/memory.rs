@@ -172,6 +172,8 @@ impl MemoryLeaseStore {
         }
         if !commit.parent_shards.is_empty() {
             row.parent_shards.clone_from(&commit.parent_shards);
+        } else if commit.parentless {
+            row.parentless = true;
         }
         if let Some(done_above) = &commit.done_above {
             row.done_above.clone_from(done_above);

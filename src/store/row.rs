@@ -13,6 +13,24 @@ use super::lease::LeaseState;
 use crate::sequence::{Position, SequenceError, SequenceNumber};
 
 impl LeaseState {
+    /// The shard's parents as the row records them: `None` when the row does not know them
+    /// (the gate asks the stream), an empty list when it records that there are none
+    /// ([`parentless`](LeaseState::parentless)).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::store::LeaseState;
+    /// let mut state = LeaseState::default();
+    /// assert_eq!(state.known_parents(), None);
+    /// state.parentless = true;
+    /// assert_eq!(state.known_parents(), Some(&[][..]));
+    /// state.parent_shards = vec!["shardId-000000000000".to_owned()];
+    /// assert_eq!(state.known_parents(), Some(&["shardId-000000000000".to_owned()][..]));
+    /// ```
+    #[must_use]
+    pub fn known_parents(&self) -> Option<&[String]> {
+        (self.parentless || !self.parent_shards.is_empty()).then_some(self.parent_shards.as_slice())
+    }
+
     /// The checkpoint in the extended order, or `None` when the shard was never checkpointed.
     ///
     /// # Errors

@@ -32,8 +32,8 @@ const MOMENT: Duration = Duration::from_secs(10);
 ///   mapping gives up on it, as it would be without this toolkit.
 /// - **`done_above`**: records done out of order above the checkpoint (per-key concurrency) run
 ///   again after a redelivery: a duplicate, never a loss.
-/// - **`parent_shards`**: the gate asks the stream's topology for a child's parents again in
-///   every invocation.
+/// - **`parent_shards`** and **`parentless`**: the gate asks the stream's topology for a shard's
+///   parents again in every invocation.
 /// - **`expires_at`**: a finished shard's row is never deleted by `DynamoDB`'s TTL.
 /// - **`reported`** (the claim's `attempting`, the commit's change, a partition key's row's): a batch the mapping
 ///   discards after an invocation died on it, or after it was reported, goes unnoticed: no gap

@@ -92,11 +92,13 @@ async fn finish(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     else {
         panic!("the lease was free");
     };
+    let mut commit = crate::common::checkpoint_at(Some(&at("700")));
+    // Written alone: beside a list of parents it means nothing.
+    commit.parentless = true;
+    assert!(store.commit(&done, "a", &commit).await.expect("commit"));
     assert!(
-        store
-            .commit(&done, "a", &crate::common::checkpoint_at(Some(&at("700"))))
-            .await
-            .expect("commit")
+        inner.read(&done).await.expect("read").parentless,
+        "parentless"
     );
     assert!(
         store

@@ -22,10 +22,11 @@
 //!
 //! A payload that is not such JSON, or has an empty `order_id`, is rejected too.
 
+pub mod aws;
 pub mod transactional;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
@@ -189,9 +190,14 @@ async fn apply(book: &impl Book, order: &Order, record: &Record) -> Outcome {
 }
 
 /// The ledger in a `DynamoDB` table whose partition key is the string `order_id`.
+///
+/// Its client is built on the first write, not with the book: building an SDK client builds
+/// its TLS configuration, which a cold start that answers an empty event (or a batch held by
+/// the gate) need not pay.
 #[derive(Debug, Clone)]
 pub struct DynamoBook {
-    client: Client,
+    config: aws_config::SdkConfig,
+    client: Arc<OnceLock<Client>>,
     table: String,
 }
 
@@ -200,9 +206,14 @@ impl DynamoBook {
     #[must_use]
     pub fn new(config: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
         Self {
-            client: Client::new(config),
+            config: config.clone(),
+            client: Arc::default(),
             table: table.into(),
         }
+    }
+
+    fn client(&self) -> &Client {
+        self.client.get_or_init(|| Client::new(&self.config))
     }
 
     fn failed(
@@ -228,7 +239,7 @@ impl Book for DynamoBook {
         sequence: &'a str,
     ) -> BoxFuture<'a, Result<(), BookError>> {
         Box::pin(async move {
-            self.client
+            self.client()
                 .update_item()
                 .table_name(&self.table)
                 .key("order_id", AttributeValue::S(order.order_id.clone()))
@@ -249,7 +260,7 @@ impl Book for DynamoBook {
     fn attempt<'a>(&'a self, sequence: &'a str) -> BoxFuture<'a, Result<u32, BookError>> {
         Box::pin(async move {
             let output = self
-                .client
+                .client()
                 .update_item()
                 .table_name(&self.table)
                 .key("order_id", AttributeValue::S(attempts_key(sequence)))

@@ -12,6 +12,11 @@
 //! invocations run at once in this process; unset or 1, one at a time), and `LEDGER_MODE`
 //! (`plain`, the default; `transactional` commits each order's update with the checkpoint in
 //! one `TransactWriteItems`, exactly once: see `ledger::transactional`; shard mode only).
+//!
+//! Nothing here sends a request or builds an SDK client before the first event: each client is
+//! built on its first request, and the HTTPS client trusts the roots AWS endpoints chain to,
+//! compiled in, unless `SSL_CERT_FILE`, `SSL_CERT_DIR` or a proxy variable is set (see
+//! `ledger::aws`).
 
 use std::sync::Arc;
 
@@ -27,7 +32,7 @@ use ledger::{DynamoBook, required};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     ledger::init_logging();
-    let config = aws_config::load_from_env().await;
+    let config = ledger::aws::sdk_config(ledger::aws::Roots::from_env()).await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
     let table = required("LEDGER_TABLE")?;
     let book = Arc::new(DynamoBook::new(&config, table.clone()));

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::DynamoLeaseStore;
 use super::conversion::state_of;
-use super::expressions::{Clauses, is_condition_failure, set_failing, set_position};
+use super::expressions::{Clauses, is_condition_failure, set_failing, set_parents, set_position};
 use super::schema::{DONE_ABOVE, EXPIRY, OURS, OWNER, REPORTED};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -210,13 +210,7 @@ impl DynamoLeaseStore {
             request = set_position(request, &mut clauses, position, &commit.below);
         }
         request = set_failing(request, &mut clauses, &commit.failing);
-        if !commit.parent_shards.is_empty() {
-            clauses.set.push("parent_shards = :parents");
-            request = request.expression_attribute_values(
-                ":parents",
-                AttributeValue::Ss(commit.parent_shards.clone()),
-            );
-        }
+        request = set_parents(request, &mut clauses, commit);
         match commit.done_above.as_deref() {
             None => {}
             // A string set cannot be empty: an empty one is removed.

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::schema::{
     AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, CONTENDED, COUNTER, DONE_ABOVE,
-    EXPIRES_AT, EXPIRY, FAILING, OWNER, PARENTS, REPORTED,
+    EXPIRES_AT, EXPIRY, FAILING, OWNER, PARENTLESS, PARENTS, REPORTED,
 };
 use crate::sequence::Position;
 use crate::store::{FailingRecord, LeaseState};
@@ -35,6 +35,11 @@ pub(super) fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseS
         .and_then(|v| v.as_ss().ok())
         .cloned()
         .unwrap_or_default();
+    state.parentless = state.parent_shards.is_empty()
+        && item
+            .get(PARENTLESS)
+            .and_then(|v| v.as_bool().ok())
+            .is_some_and(|parentless| *parentless);
     state.failing = item.get(FAILING).and_then(failing_of);
     state.expires_at = number(EXPIRES_AT);
     state.done_above = item

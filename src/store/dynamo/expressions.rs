@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::schema::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT_SUB, FAILING};
 use crate::sequence::Position;
 use crate::store::memory::millis;
-use crate::store::{Below, FailingChange, FailingRecord, RowForm};
+use crate::store::{Below, Commit, FailingChange, FailingRecord, RowForm};
 
 /// The clauses of an `UpdateItem` being built: every write bumps the fencing counter.
 #[derive(Default)]
@@ -82,6 +82,36 @@ pub(super) fn position_clauses(
         None => clauses.remove.push(CHECKPOINT_SUB),
     }
     values
+}
+
+/// Adds the clauses that write the parents `commit` learnt: listed in `parent_shards`, or
+/// recorded as none (`parentless`); nothing when it learnt nothing.
+pub(super) fn set_parents(
+    mut request: UpdateItemFluentBuilder,
+    clauses: &mut Clauses,
+    commit: &Commit,
+) -> UpdateItemFluentBuilder {
+    for (name, value) in parents_clauses(clauses, commit) {
+        request = request.expression_attribute_values(name, value);
+    }
+    request
+}
+
+/// The clauses of the parents `commit` learnt, and the values they name: what every write of a
+/// commit (one `UpdateItem`, or a transaction's) adds.
+pub(super) fn parents_clauses(
+    clauses: &mut Clauses,
+    commit: &Commit,
+) -> Vec<(&'static str, AttributeValue)> {
+    if !commit.parent_shards.is_empty() {
+        clauses.set.push("parent_shards = :parents");
+        vec![(":parents", AttributeValue::Ss(commit.parent_shards.clone()))]
+    } else if commit.parentless {
+        clauses.set.push("parentless = :parentless");
+        vec![(":parentless", AttributeValue::Bool(true))]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Adds the clauses and values that apply `change` to the failing record.

@@ -21,6 +21,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
+use crate::lazy_client::LazyClient;
 use crate::store::{LeaseError, LeaseState};
 
 mod admin;
@@ -70,7 +71,8 @@ pub use admin::{Moved, Row};
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
-    client: Client,
+    /// Built on the first request (see `lazy_client`).
+    client: LazyClient<Client>,
     table: String,
     legacy_stream: Option<String>,
     /// Requests sent, shared by clones: what [`CheckpointStore::requests`](crate::store::CheckpointStore::requests) reports.
@@ -127,7 +129,7 @@ impl DynamoLeaseStore {
     /// ```
     #[must_use]
     pub fn new(config: &SdkConfig, table: impl Into<String>) -> Self {
-        Self::from_client(Client::new(config), table)
+        Self::with(LazyClient::new(config, Client::new), table)
     }
 
     /// Uses `table` through an existing client, for example one with its own retry settings.
@@ -142,6 +144,10 @@ impl DynamoLeaseStore {
     /// ```
     #[must_use]
     pub fn from_client(client: Client, table: impl Into<String>) -> Self {
+        Self::with(LazyClient::ready(client), table)
+    }
+
+    fn with(client: LazyClient<Client>, table: impl Into<String>) -> Self {
         Self {
             client,
             table: table.into(),

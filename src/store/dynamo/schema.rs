@@ -11,6 +11,9 @@ pub(super) const CHECKPOINT_SUB: &str = "checkpoint_sub";
 pub(super) const AGGREGATE_SEQUENCE: &str = "aggregate_sequence";
 pub(super) const AGGREGATE_SUB: &str = "aggregate_sub";
 pub(super) const PARENTS: &str = "parent_shards";
+/// `true` when the shard has no parents, as the stream said: a string set cannot be empty, and
+/// a row without `parent_shards` may not know them yet. Other writers (the seed crate) ignore it.
+pub(super) const PARENTLESS: &str = "parentless";
 pub(super) const FAILING: &str = "failing";
 pub(super) const EXPIRES_AT: &str = "expires_at";
 pub(super) const DONE_ABOVE: &str = "done_above";

@@ -55,6 +55,8 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
         below: Below::Record("200".parse().expect("n")),
         failing: FailingChange::Set(failing.clone()),
         parent_shards: vec!["shardId-000000000000".to_owned()],
+        // Ignored beside a list of parents; the stores' own tests write it alone.
+        parentless: false,
         done_above: Some(vec![at("400"), at("500")]),
         reported: ReportedChange::Set(at("301")),
     };
@@ -102,11 +104,17 @@ async fn finish(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
                 "a",
                 &Commit {
                     checkpoint: Some(at("700")),
+                    // Written alone: beside a list of parents it means nothing.
+                    parentless: true,
                     ..Commit::default()
                 }
             )
             .await
             .expect("commit")
+    );
+    assert!(
+        inner.read(&done).await.expect("read").parentless,
+        "parentless"
     );
     assert!(
         store
@@ -188,6 +196,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         below: Below::Record("1000".parse().expect("n")),
         failing: FailingChange::Set(failing.clone()),
         parent_shards: vec!["shardId-000000000000".to_owned()],
+        parentless: false,
         done_above: Some(vec![at("1005")]),
         reported: ReportedChange::Set(at("1002")),
     };
