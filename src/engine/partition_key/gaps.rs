@@ -309,6 +309,73 @@ pub(super) async fn mark_held<H>(
     first: &Position,
     now: u64,
 ) {
+    let commits = held_marks(settings, keys, first, now);
+    // A row written meanwhile is logged by `write`; nothing else depends on it.
+    let _refused = write(settings.store.as_ref(), &commits).await;
+}
+
+/// Marks each key read (the batch's, and those of the lane found in a skipped range) at the
+/// first of `entries` not done, before anything runs (see [`held_mark`]): only when
+/// the gate knows the mapping may give up on a batch (finite `MaximumRetryAttempts`, or a
+/// record age). An invocation that dies on every delivery (out of memory, killed at its
+/// time-out) never makes its last write; these marks are what the lane's next batch then
+/// finds. One write per 100 keys whose mark changes (none on a redelivery: the keys are marked
+/// there already). The rows written are updated in `keys` (their counter and mark), so that
+/// the batch's last write expects them; a row refused here (a concurrent delivery wrote it) is
+/// refused there too, and its records reported.
+pub(super) async fn mark_early<H>(
+    settings: &Settings<H>,
+    keys: &mut HashMap<String, KeyRow>,
+    entries: &[Entry],
+    shard_checkpoint: Option<&Position>,
+    now: u64,
+) {
+    if !settings.gate.as_deref().is_some_and(crate::gate::Gate::discards) {
+        return;
+    }
+    // A batch done whole (a duplicate delivery) runs nothing, and writes nothing.
+    let done = |entry: &Entry| {
+        entry
+            .routing_key()
+            .and_then(|partition_key| keys.get(partition_key))
+            .is_some_and(|row| {
+                row.checkpoint
+                    .iter()
+                    .chain(shard_checkpoint)
+                    .any(|checkpoint| entry.position() <= *checkpoint)
+            })
+    };
+    let Some(first) = entries.iter().find(|entry| !done(entry)).map(Entry::position) else {
+        return;
+    };
+    let commits = held_marks(settings, keys, &first, now);
+    if commits.is_empty() {
+        return;
+    }
+    let refused = write(settings.store.as_ref(), &commits).await;
+    for (partition_key, commit) in &commits {
+        if refused.iter().any(|(key, _)| key == partition_key) {
+            continue;
+        }
+        if let Some(row) = keys.get_mut(partition_key) {
+            row.state.lease_counter = commit.expected_counter + 1;
+            if let ReportedChange::Set(mark) = &commit.reported {
+                row.state.reported = Some(mark.clone());
+            }
+            if commit.expires_at.is_some() {
+                row.state.expires_at = commit.expires_at;
+            }
+        }
+    }
+}
+
+/// The writes that mark each key of `keys` at `first` (see [`held_mark`]), in key order.
+fn held_marks<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    first: &Position,
+    now: u64,
+) -> Vec<(String, KeyCommit)> {
     let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
     let mut commits: Vec<(String, KeyCommit)> = keys
         .iter()
@@ -323,6 +390,5 @@ pub(super) async fn mark_held<H>(
         })
         .collect();
     commits.sort_by(|a, b| a.0.cmp(&b.0));
-    // A row written meanwhile is logged by `write`; nothing else depends on it.
-    let _refused = write(settings.store.as_ref(), &commits).await;
+    commits
 }

@@ -188,6 +188,16 @@ pub(crate) async fn run_shard<H: Handler>(
     let recovered = all.len();
     all.extend(entries);
     let entries = all;
+    // When the mapping may give up on the batch, its keys are marked before anything runs: an
+    // invocation that dies on every delivery leaves those marks for the lane's next batch.
+    gaps::mark_early(
+        settings,
+        &mut keys,
+        &entries,
+        shard_checkpoint.as_ref(),
+        invocation.now(),
+    )
+    .await;
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
