@@ -262,6 +262,8 @@ struct Harness {
     seed_methods_only: bool,
     /// The mapping's record age limit, which each invocation's gate is told.
     record_age: Option<Duration>,
+    /// The mapping's finite `MaximumRetryAttempts`, which each invocation's gate is told.
+    retry_attempts: Option<u32>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     /// Each invocation's clock is off by up to this much (milliseconds): the processor's
@@ -287,6 +289,9 @@ impl Harness {
             Gate::new(self.topology.clone(), StartingPosition::TrimHorizon).clock(clock.clone());
         if let Some(age) = self.record_age {
             gate = gate.maximum_record_age(age);
+        }
+        if let Some(attempts) = self.retry_attempts {
+            gate = gate.maximum_retry_attempts(attempts);
         }
         processor
             .clock(clock)
@@ -748,9 +753,9 @@ impl Scenario {
             mapping,
             mode,
             in_flight,
-            // Not beside key-mode discards: the partition-key mode marks its rows in its last
-            // write only, so a batch it dies on at every delivery leaves no mark (open).
-            death_chance: if rng.chance(0.3) && !(partition_keys && discards) {
+            // Beside key-mode discards too: the partition-key mode, told the mapping gives up
+            // on batches, marks its keys before running one.
+            death_chance: if rng.chance(0.3) {
                 0.08
             } else {
                 0.0
@@ -1249,6 +1254,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
         record_age: scenario.record_age,
+        retry_attempts: scenario.mapping.maximum_retry_attempts,
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
