@@ -755,11 +755,7 @@ impl Scenario {
             in_flight,
             // Beside key-mode discards too: the partition-key mode, told the mapping gives up
             // on batches, marks its keys before running one.
-            death_chance: if rng.chance(0.3) {
-                0.08
-            } else {
-                0.0
-            },
+            death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
                     // A refused claim is remembered by a read and a mark after it (`Chaos`

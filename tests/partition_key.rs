@@ -888,3 +888,131 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
     seen.sort_unstable();
     assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
 }
+
+/// A handler that records every record it starts, and never finishes `hangs` on its first
+/// `deaths` tries (the invocation is then dropped, as Lambda kills one out of memory or at its
+/// time-out: nothing after the handler runs).
+fn dying_handler(
+    hangs: u64,
+    deaths: u32,
+) -> (
+    Arc<Mutex<Vec<u64>>>,
+    impl Fn(Record) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
+    + Send
+    + Sync
+    + 'static,
+) {
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = n_of(&record);
+            seen.lock().unwrap().push(n);
+            let dies =
+                n == hangs && tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < deaths;
+            Box::pin(async move {
+                if dies {
+                    std::future::pending::<()>().await;
+                }
+                Outcome::ack()
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
+        }
+    };
+    (seen, handler)
+}
+
+/// A batch on every delivery of which the invocation dies before it writes anything (out of
+/// memory, killed at its time-out) is given up on by a mapping with finite
+/// `MaximumRetryAttempts`. Told so, the processor marks the batch's keys before running it:
+/// the lane's next batch finds the mark behind it and runs the lost records first, in order.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_batch_every_invocation_dies_on_is_run_by_the_lanes_next_batch()
+{
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0 b1 a2 b3 | a4 b5
+    for (n, key) in ["a", "b", "a", "b", "a", "b"].iter().enumerate() {
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let records = stream.records(SHARD);
+    // a2 hangs on the batch's two deliveries (MaximumRetryAttempts 1).
+    let (seen, handler) = dying_handler(2, 2);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .maximum_retry_attempts(1),
+    );
+    for delivery_id in ["1", "2"] {
+        let dies = tokio::time::timeout(
+            Duration::from_millis(300),
+            processor.process_batch(
+                delivery(&stream, SHARD, 0..4),
+                &context(delivery_id, 60_000),
+            ),
+        )
+        .await;
+        assert!(dies.is_err(), "the invocation never answers");
+    }
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(
+        a.reported.map(|mark| mark.to_string()),
+        Some(records[0].sequence.clone()),
+        "marked before anything ran"
+    );
+    // The mapping gave up on the batch; the lane goes on with a4 b5.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 4..6), &context("3", 60_000))
+        .await
+        .unwrap();
+    let lane = &report.shards[0];
+    assert!(lane.stopped.is_none(), "{:?}", lane.stopped);
+    let gap = lane.gap.as_ref().expect("the lost batch is found");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(gap.recovered.len(), 4, "a0 b1 a2 b3 run first");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 5],
+        "twice started and killed, then every record in order"
+    );
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(a.checkpoint, Some(records[4].sequence.clone()));
+    assert_eq!(a.reported, None, "the lane is past it");
+}
+
+/// Without a mapping that gives up on batches, nothing is written before a batch runs: a
+/// batch of a key costs its read and its write, as before.
+#[tokio::test]
+async fn in_the_partition_key_mode_keys_are_marked_early_only_when_the_mapping_may_give_up() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..4 {
+        stream.put("a", json!({ "n": n }).to_string());
+    }
+    let (seen, handler) = dying_handler(1, 1);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let dies = tokio::time::timeout(
+        Duration::from_millis(300),
+        processor.process_batch(delivery(&stream, SHARD, 0..2), &context("1", 60_000)),
+    )
+    .await;
+    assert!(dies.is_err());
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(
+        a.lease_counter, 0,
+        "nothing written: the mapping never gives up"
+    );
+    // It delivers the batch again until it is done.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..2), &context("2", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none());
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 0, 1]);
+}

@@ -330,7 +330,11 @@ pub(super) async fn mark_early<H>(
     shard_checkpoint: Option<&Position>,
     now: u64,
 ) {
-    if !settings.gate.as_deref().is_some_and(crate::gate::Gate::discards) {
+    if !settings
+        .gate
+        .as_deref()
+        .is_some_and(crate::gate::Gate::discards)
+    {
         return;
     }
     // A batch done whole (a duplicate delivery) runs nothing, and writes nothing.
@@ -345,7 +349,11 @@ pub(super) async fn mark_early<H>(
                     .any(|checkpoint| entry.position() <= *checkpoint)
             })
     };
-    let Some(first) = entries.iter().find(|entry| !done(entry)).map(Entry::position) else {
+    let Some(first) = entries
+        .iter()
+        .find(|entry| !done(entry))
+        .map(Entry::position)
+    else {
         return;
     };
     let commits = held_marks(settings, keys, &first, now);
