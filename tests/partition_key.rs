@@ -889,6 +889,9 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
     assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
 }
 
+/// One handling of a record, as a boxed future.
+type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
+
 /// A handler that records every record it starts, and never finishes `hangs` on its first
 /// `deaths` tries (the invocation is then dropped, as Lambda kills one out of memory or at its
 /// time-out: nothing after the handler runs).
@@ -897,10 +900,7 @@ fn dying_handler(
     deaths: u32,
 ) -> (
     Arc<Mutex<Vec<u64>>>,
-    impl Fn(Record) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
-    + Send
-    + Sync
-    + 'static,
+    impl Fn(Record) -> Handling + Send + Sync + 'static,
 ) {
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -916,7 +916,7 @@ fn dying_handler(
                     std::future::pending::<()>().await;
                 }
                 Outcome::ack()
-            }) as std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
+            }) as Handling
         }
     };
     (seen, handler)
