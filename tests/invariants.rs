@@ -60,15 +60,16 @@
 //!
 //! In the partition-key mode the stream goes on with one more record of every key, each in a
 //! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
-//! discards are drawn on a stream that does not reshard and without deaths (see below).
+//! discards are drawn on a stream that does not reshard (see below), with deaths: the gate is
+//! told the mapping's retry attempts, and the mode marks its keys before it runs a batch.
 //!
 //! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
 //! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
 //! gate), and a parent's tail run so counts as the child's invocation's handling.
 //!
 //! Not drawn together, each an open limitation written in the README: key-mode discards with
-//! a reshard (a closed parent's discarded tail is not run in the partition-key mode) or with
-//! deaths (the mode marks its rows in its last write only); discards with a five-method store (it keeps neither `reported` nor `contended`), with
+//! a reshard (a closed parent's discarded tail is not run in the partition-key mode: no lease
+//! fences a parent key's lane); discards with a five-method store (it keeps neither `reported` nor `contended`), with
 //! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
 //! seed consumer's checkpoint inside them passes).
 //!
