@@ -1112,3 +1112,60 @@ async fn in_the_partition_key_mode_marking_early_costs_one_write_per_hundred_key
         "a redelivery's keys are marked already"
     );
 }
+
+/// Loses the answer of the first `commit_rows` (the write lands, the caller sees an error).
+#[derive(Default)]
+struct LosesFirstAnswer(std::sync::atomic::AtomicBool);
+
+impl kinesis_checkpoint::store::Layer for LosesFirstAnswer {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: kinesis_checkpoint::store::Call<'a>,
+        next: kinesis_checkpoint::store::Next<'a, T>,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, kinesis_checkpoint::store::LeaseError>> {
+        let rows = matches!(
+            call.operation(),
+            kinesis_checkpoint::store::Operation::CommitRows
+        );
+        Box::pin(async move {
+            let answer = next.run(call).await;
+            if rows && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return Err("the answer was lost (injected)".into());
+            }
+            answer
+        })
+    }
+}
+
+/// The early marks' write lands but its answer is lost, so its second try is refused: the rows
+/// hold exactly that write (the mark, one counter more), so the batch takes them as its own,
+/// runs, and checkpoints, instead of reporting its records to run them again.
+#[tokio::test]
+async fn in_the_partition_key_mode_early_marks_whose_answer_was_lost_are_taken_as_written() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use kinesis_checkpoint::store::Layered;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..3 {
+        stream.put(&partition_key(n, 2), json!({ "n": n }).to_string());
+    }
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(Layered::new(
+        memory.clone() as Arc<dyn CheckpointStore>,
+        LosesFirstAnswer::default(),
+    ));
+    let (seen, handler) = dying_handler(u64::MAX, 0);
+    let processor = Processor::by_partition_key(store, handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .maximum_retry_attempts(1),
+    );
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..3), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+    let records = stream.records(SHARD);
+    let row = memory.read(&row_key(&shard(), "key-0")).await.unwrap();
+    assert_eq!(row.checkpoint, Some(records[2].sequence.clone()));
+    assert_eq!(row.reported, None, "marked, then cleared by the last write");
+}

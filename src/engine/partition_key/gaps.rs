@@ -360,7 +360,10 @@ pub(super) async fn mark_early<H>(
     if commits.is_empty() {
         return;
     }
-    let refused = write(settings.store.as_ref(), &commits).await;
+    let mut refused = write(settings.store.as_ref(), &commits).await;
+    if !refused.is_empty() {
+        refused = landed_meanwhile(settings, &commits, refused).await;
+    }
     for (partition_key, commit) in &commits {
         if refused.iter().any(|(key, _)| key == partition_key) {
             continue;
@@ -375,6 +378,39 @@ pub(super) async fn mark_early<H>(
             }
         }
     }
+}
+
+/// Of the `refused` rows of `commits`, those another writer changed: a row that holds exactly
+/// this write (the mark, one counter more) is ours, written by a first try whose answer was
+/// lost (the second try is then refused). Read once; when that fails, all stay refused.
+async fn landed_meanwhile<H>(
+    settings: &Settings<H>,
+    commits: &[(String, KeyCommit)],
+    refused: Vec<(String, crate::report::StopReason)>,
+) -> Vec<(String, crate::report::StopReason)> {
+    let tried: Vec<&KeyCommit> = refused
+        .iter()
+        .filter_map(|(partition_key, _)| {
+            commits
+                .iter()
+                .find(|(key, _)| key == partition_key)
+                .map(|(_, commit)| commit)
+        })
+        .collect();
+    let rows: Vec<LeaseKey> = tried.iter().map(|commit| commit.row.clone()).collect();
+    let Ok(states) = settings.store.read_rows(&rows).await else {
+        return refused;
+    };
+    refused
+        .into_iter()
+        .zip(tried.into_iter().zip(states))
+        .filter(|(_, (commit, state))| {
+            let ours = state.lease_counter == commit.expected_counter + 1
+                && matches!(&commit.reported, ReportedChange::Set(mark) if state.reported.as_ref() == Some(mark));
+            !ours
+        })
+        .map(|(refused, _)| refused)
+        .collect()
 }
 
 /// The writes that mark each key of `keys` at `first` (see [`held_mark`]), in key order.
