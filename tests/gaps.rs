@@ -1749,3 +1749,79 @@ async fn a_parents_tail_longer_than_one_reading_runs_over_several_deliveries_of_
         "once each, in order"
     );
 }
+
+/// The partition-key mode against Kinesis and `DynamoDB`, with a mapping that gives up on a
+/// batch after its first delivery (`MaximumRetryAttempts` 0, told to the gate): the invocation
+/// dies on record 2 of the lane's batch (out of memory, killed at its time-out), so it never
+/// makes its last write. The keys were marked before anything ran: the lane's next batch, b's
+/// later records only, reads the range once and runs what the death left, in order.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_batch_the_invocation_died_on_and_the_mapping_gave_up_on_is_run_by_the_lanes_next_batch()
+ {
+    let setup = setup(None).await;
+    for n in 0..4 {
+        setup
+            .stream
+            .put(if n % 2 == 0 { "a" } else { "b" }, n)
+            .await;
+    }
+    let seen = Seen::default();
+    let hung = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = record.json::<Value>().unwrap()["n"].as_u64().unwrap();
+            let dies = n == 2 && !hung.swap(true, Ordering::SeqCst);
+            seen.0.lock().unwrap().push(n);
+            async move {
+                if dies {
+                    std::future::pending::<()>().await;
+                }
+                Outcome::ack()
+            }
+        }
+    };
+    let lines = Lines::default();
+    let gate =
+        Gate::new(setup.topology.clone(), StartingPosition::TrimHorizon).maximum_retry_attempts(0);
+    let processor = Processor::by_partition_key(Arc::new(setup.store.clone()), handler)
+        .gate(gate)
+        .metrics(lines.metrics());
+
+    let first = setup.delivery(SHARD, 0..4).await;
+    let died = tokio::time::timeout(
+        Duration::from_secs(3),
+        processor.process_batch(first.clone(), &context("k1", 60_000)),
+    )
+    .await;
+    assert!(died.is_err(), "the invocation never answers");
+    assert_eq!(seen.all(), [0, 1, 2]);
+    for key in ["a", "b"] {
+        let row = setup.key_row(SHARD, key).await;
+        assert_eq!(
+            row.reported.as_ref().map(ToString::to_string),
+            Some(sequence_of(&first, 0)),
+            "{key}'s row was marked before the batch ran"
+        );
+        assert_eq!(row.checkpoint, None, "nothing was checkpointed");
+    }
+
+    // The mapping gave up on records 0 to 3; the lane's next batch holds b's 4 and 5.
+    setup.stream.put("b", 4).await;
+    setup.stream.put("b", 5).await;
+    let calls = setup.kinesis_calls();
+    let report = deliver(&processor, setup.delivery(SHARD, 4..6).await, "k2").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(gap.recovered.len(), 4, "records 0 to 3, none checkpointed");
+    assert_eq!(setup.kinesis_calls(), calls + 1, "one read of the range");
+    assert_eq!(
+        seen.all(),
+        [0, 1, 2, 0, 1, 2, 3, 4, 5],
+        "run again after the death, then in order"
+    );
+    let a = setup.key_row(SHARD, "a").await;
+    assert_eq!(a.checkpoint, Some(sequence_of(&first, 2)));
+    assert_eq!(a.reported, None, "a is settled");
+}

@@ -60,15 +60,16 @@
 //!
 //! In the partition-key mode the stream goes on with one more record of every key, each in a
 //! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
-//! discards are drawn on a stream that does not reshard and without deaths (see below).
+//! discards are drawn on a stream that does not reshard (see below), with deaths: the gate is
+//! told the mapping's retry attempts, and the mode marks its keys before it runs a batch.
 //!
 //! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
 //! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
 //! gate), and a parent's tail run so counts as the child's invocation's handling.
 //!
 //! Not drawn together, each an open limitation written in the README: key-mode discards with
-//! a reshard (a closed parent's discarded tail is not run in the partition-key mode) or with
-//! deaths (the mode marks its rows in its last write only); discards with a five-method store (it keeps neither `reported` nor `contended`), with
+//! a reshard (a closed parent's discarded tail is not run in the partition-key mode: no lease
+//! fences a parent key's lane); discards with a five-method store (it keeps neither `reported` nor `contended`), with
 //! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
 //! seed consumer's checkpoint inside them passes).
 //!
@@ -262,6 +263,8 @@ struct Harness {
     seed_methods_only: bool,
     /// The mapping's record age limit, which each invocation's gate is told.
     record_age: Option<Duration>,
+    /// The mapping's finite `MaximumRetryAttempts`, which each invocation's gate is told.
+    retry_attempts: Option<u32>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     /// Each invocation's clock is off by up to this much (milliseconds): the processor's
@@ -287,6 +290,9 @@ impl Harness {
             Gate::new(self.topology.clone(), StartingPosition::TrimHorizon).clock(clock.clone());
         if let Some(age) = self.record_age {
             gate = gate.maximum_record_age(age);
+        }
+        if let Some(attempts) = self.retry_attempts {
+            gate = gate.maximum_retry_attempts(attempts);
         }
         processor
             .clock(clock)
@@ -748,13 +754,9 @@ impl Scenario {
             mapping,
             mode,
             in_flight,
-            // Not beside key-mode discards: the partition-key mode marks its rows in its last
-            // write only, so a batch it dies on at every delivery leaves no mark (open).
-            death_chance: if rng.chance(0.3) && !(partition_keys && discards) {
-                0.08
-            } else {
-                0.0
-            },
+            // Beside key-mode discards too: the partition-key mode, told the mapping gives up
+            // on batches, marks its keys before running one.
+            death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
                     // A refused claim is remembered by a read and a mark after it (`Chaos`
@@ -1249,6 +1251,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
         record_age: scenario.record_age,
+        retry_attempts: scenario.mapping.maximum_retry_attempts,
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,

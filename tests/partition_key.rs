@@ -888,3 +888,284 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
     seen.sort_unstable();
     assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
 }
+
+/// One handling of a record, as a boxed future.
+type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
+
+/// A handler that records every record it starts, and never finishes `hangs` on its first
+/// `deaths` tries (the invocation is then dropped, as Lambda kills one out of memory or at its
+/// time-out: nothing after the handler runs).
+fn dying_handler(
+    hangs: u64,
+    deaths: u32,
+) -> (
+    Arc<Mutex<Vec<u64>>>,
+    impl Fn(Record) -> Handling + Send + Sync + 'static,
+) {
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = n_of(&record);
+            seen.lock().unwrap().push(n);
+            let dies =
+                n == hangs && tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < deaths;
+            Box::pin(async move {
+                if dies {
+                    std::future::pending::<()>().await;
+                }
+                Outcome::ack()
+            }) as Handling
+        }
+    };
+    (seen, handler)
+}
+
+/// A batch on every delivery of which the invocation dies before it writes anything (out of
+/// memory, killed at its time-out) is given up on by a mapping with finite
+/// `MaximumRetryAttempts`. Told so, the processor marks the batch's keys before running it:
+/// the lane's next batch finds the mark behind it and runs the lost records first, in order.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_batch_every_invocation_dies_on_is_run_by_the_lanes_next_batch()
+{
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0 b1 a2 b3 | a4 b5
+    for (n, key) in ["a", "b", "a", "b", "a", "b"].iter().enumerate() {
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let records = stream.records(SHARD);
+    // a2 hangs on the batch's two deliveries (MaximumRetryAttempts 1).
+    let (seen, handler) = dying_handler(2, 2);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .maximum_retry_attempts(1),
+    );
+    for delivery_id in ["1", "2"] {
+        let dies = tokio::time::timeout(
+            Duration::from_millis(300),
+            processor.process_batch(
+                delivery(&stream, SHARD, 0..4),
+                &context(delivery_id, 60_000),
+            ),
+        )
+        .await;
+        assert!(dies.is_err(), "the invocation never answers");
+    }
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(
+        a.reported.map(|mark| mark.to_string()),
+        Some(records[0].sequence.clone()),
+        "marked before anything ran"
+    );
+    // The mapping gave up on the batch; the lane goes on with a4 b5.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 4..6), &context("3", 60_000))
+        .await
+        .unwrap();
+    let lane = &report.shards[0];
+    assert!(lane.stopped.is_none(), "{:?}", lane.stopped);
+    let gap = lane.gap.as_ref().expect("the lost batch is found");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(gap.recovered.len(), 4, "a0 b1 a2 b3 run first");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 5],
+        "twice started and killed, then every record in order"
+    );
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(a.checkpoint, Some(records[4].sequence.clone()));
+    assert_eq!(a.reported, None, "the lane is past it");
+}
+
+/// Without a mapping that gives up on batches, nothing is written before a batch runs: a
+/// batch of a key costs its read and its write, as before.
+#[tokio::test]
+async fn in_the_partition_key_mode_keys_are_marked_early_only_when_the_mapping_may_give_up() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..4 {
+        stream.put("a", json!({ "n": n }).to_string());
+    }
+    let (seen, handler) = dying_handler(1, 1);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let dies = tokio::time::timeout(
+        Duration::from_millis(300),
+        processor.process_batch(delivery(&stream, SHARD, 0..2), &context("1", 60_000)),
+    )
+    .await;
+    assert!(dies.is_err());
+    let a = store.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(
+        a.lease_counter, 0,
+        "nothing written: the mapping never gives up"
+    );
+    // It delivers the batch again until it is done.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..2), &context("2", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none());
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 0, 1]);
+}
+
+/// What marking early costs, counted by moto's request recorder on `DynamoDB`: 1,000 records
+/// over 100 keys, once with a mapping that never gives up (`MaximumRetryAttempts` -1, no
+/// record age) and once with one that does (`Gate::maximum_retry_attempts`): one
+/// `TransactWriteItems` more per 100 keys, and none on a redelivery of the batch, whose keys
+/// are marked where it comes again already.
+#[tokio::test]
+async fn in_the_partition_key_mode_marking_early_costs_one_write_per_hundred_keys_and_none_on_a_redelivery()
+ {
+    use common::moto::{Moto, create_lease_table, unique};
+    use kinesis_checkpoint::DynamoLeaseStore;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let count = |requests: &[String], operation: &str| {
+        requests
+            .iter()
+            .filter(|target| target.as_str() == format!("DynamoDB_20120810.{operation}"))
+            .count()
+    };
+    let moto = Moto::start(true);
+    let config = moto.sdk_config(1).await;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..1_000 {
+        stream.put(&partition_key(n, 100), json!({ "n": n }).to_string());
+    }
+    let failing = stream.records(SHARD)[500].sequence.clone();
+    let mut figures = Vec::new();
+    for discards in [false, true] {
+        let table = unique("early");
+        create_lease_table(&config, &table).await;
+        let store = Arc::new(DynamoLeaseStore::new(&config, &table));
+        let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler = {
+            let failing = failing.clone();
+            move |record: Record| {
+                let retry = record.sequence().as_str() == failing
+                    && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    if retry {
+                        Outcome::retry("downstream busy")
+                    } else {
+                        Outcome::ack()
+                    }
+                }
+            }
+        };
+        let mut gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
+        if discards {
+            gate = gate.maximum_retry_attempts(2);
+        }
+        let processor = Processor::by_partition_key(store, handler)
+            .concurrency(32)
+            .gate(gate);
+        let mut costs = Vec::new();
+        for (range, request) in [(0..1_000, "failing"), (500..1_000, "redelivered")] {
+            moto.start_recording();
+            let report = processor
+                .process_batch(delivery(&stream, SHARD, range), &context(request, 60_000))
+                .await
+                .unwrap();
+            let requests = moto.stop_recording();
+            let expect_reported = request == "failing";
+            assert_eq!(report.shards[0].stopped.is_some(), expect_reported);
+            costs.push((
+                count(&requests, "BatchGetItem"),
+                count(&requests, "TransactWriteItems"),
+                requests.len(),
+            ));
+        }
+        println!(
+            "partition-key mode, 1,000 records over 100 keys, mapping {}: failing batch {} BatchGetItem + {} TransactWriteItems = {}; redelivered half {} + {} = {}",
+            if discards {
+                "that gives up (marks early)"
+            } else {
+                "that never gives up"
+            },
+            costs[0].0,
+            costs[0].1,
+            costs[0].2,
+            costs[1].0,
+            costs[1].1,
+            costs[1].2,
+        );
+        figures.push(costs);
+    }
+    let (never, gives_up) = (&figures[0], &figures[1]);
+    assert_eq!(never[0], (2, 1, 3), "reads of 101 rows, one write");
+    assert_eq!(
+        gives_up[0],
+        (2, 2, 4),
+        "one write more: the marks, before anything ran"
+    );
+    assert_eq!(
+        never[1], gives_up[1],
+        "a redelivery's keys are marked already"
+    );
+}
+
+/// Loses the answer of the first `commit_rows` (the write lands, the caller sees an error).
+#[derive(Default)]
+struct LosesFirstAnswer(std::sync::atomic::AtomicBool);
+
+impl kinesis_checkpoint::store::Layer for LosesFirstAnswer {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: kinesis_checkpoint::store::Call<'a>,
+        next: kinesis_checkpoint::store::Next<'a, T>,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, kinesis_checkpoint::store::LeaseError>> {
+        let rows = matches!(
+            call.operation(),
+            kinesis_checkpoint::store::Operation::CommitRows
+        );
+        Box::pin(async move {
+            let answer = next.run(call).await;
+            if rows && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return Err("the answer was lost (injected)".into());
+            }
+            answer
+        })
+    }
+}
+
+/// The early marks' write lands but its answer is lost, so its second try is refused: the rows
+/// hold exactly that write (the mark, one counter more), so the batch takes them as its own,
+/// runs, and checkpoints, instead of reporting its records to run them again.
+#[tokio::test]
+async fn in_the_partition_key_mode_early_marks_whose_answer_was_lost_are_taken_as_written() {
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use kinesis_checkpoint::store::Layered;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    for n in 0..3 {
+        stream.put(&partition_key(n, 2), json!({ "n": n }).to_string());
+    }
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(Layered::new(
+        memory.clone() as Arc<dyn CheckpointStore>,
+        LosesFirstAnswer::default(),
+    ));
+    let (seen, handler) = dying_handler(u64::MAX, 0);
+    let processor = Processor::by_partition_key(store, handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .maximum_retry_attempts(1),
+    );
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..3), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+    let records = stream.records(SHARD);
+    let row = memory.read(&row_key(&shard(), "key-0")).await.unwrap();
+    assert_eq!(row.checkpoint, Some(records[2].sequence.clone()));
+    assert_eq!(row.reported, None, "marked, then cleared by the last write");
+}

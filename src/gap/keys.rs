@@ -8,7 +8,10 @@
 //! nothing left to do says nothing of its lane). So each key's row remembers, in `reported`,
 //! the record its lane was last reported from (its **mark**): written on every key of the
 //! batch that has records at or after the reported one (they come again from there), and
-//! removed once a batch of the key reports nothing at or before them.
+//! removed once a batch of the key reports nothing at or before them. An invocation that dies
+//! makes no write, so when the mapping may give up on a batch (finite `MaximumRetryAttempts`
+//! or a record age, told to the gate) the keys are marked ([`held_mark`]) at the first record
+//! not done before the batch runs, as a held batch's are.
 //!
 //! - **Proven**: a batch holding a key whose mark lies before the batch's first record
 //!   ([`lane_mark`]) shows that the lane went on without delivering the marked record again:

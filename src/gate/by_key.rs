@@ -2,6 +2,17 @@
 //! closed parent is finished once each of its records is at or below its key's checkpoint (or
 //! the parent's own row's, written by a consumer of the whole shard). What was read of a parent
 //! is kept in [`Scans`] between checks.
+//!
+//! A held child never runs a closed parent's records here, unlike the shard mode's parent tail
+//! recovery: no lease fences a parent key's lane, so nothing proves that no invocation of the
+//! lane runs them now. The mapping's retry schedule is not visible, AWS does not say that the
+//! mapping finishes a parent before delivering its children, and a later batch of the lane
+//! runs the marked range through its own gap recovery, old records included. A parent whose
+//! every record is older than the mapping's record age limit plus the longest invocation
+//! (15 minutes) and the longest batching window (5 minutes) has no invocation left that could
+//! run them; running such a parent from a child (under the parent's shard lease, against
+//! sibling children) would be sound, and is not built. So a parent's discarded tail holds its
+//! children until the parent expires from the stream (the README's "Not covered").
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -121,6 +121,8 @@ pub struct Gate {
     scans: Scans,
     /// The mapping's `MaximumRecordAgeInSeconds`, when it has one.
     maximum_record_age: Option<Duration>,
+    /// The mapping's `MaximumRetryAttempts`, when finite.
+    maximum_retry_attempts: Option<u32>,
 }
 
 impl fmt::Debug for Gate {
@@ -149,6 +151,7 @@ impl Gate {
             lineage: Lineage::new(topology, starting_position),
             scans: Scans::default(),
             maximum_record_age: None,
+            maximum_retry_attempts: None,
         }
     }
 
@@ -207,6 +210,34 @@ impl Gate {
     pub const fn maximum_record_age(mut self, age: Duration) -> Self {
         self.maximum_record_age = Some(age);
         self
+    }
+
+    /// The mapping's `MaximumRetryAttempts`, when finite: the mapping then gives up on a batch
+    /// its invocations fail (or die on) that many times more. Only the partition-key mode uses
+    /// it: before running a batch it marks the batch's keys at its first record
+    /// ([`Processor::by_partition_key`](crate::Processor::by_partition_key): one more write per
+    /// 100 keys), so that a batch every invocation dies on (out of memory, killed at its
+    /// time-out) before writing anything is still found by the lane's next batch. The shard
+    /// mode needs nothing: its claim remembers the batch. Without it (the default, and
+    /// Lambda's `-1`) and without a [record age](Self::maximum_record_age), the mapping never
+    /// gives up on a batch, and nothing is written early.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::gate::{Gate, StartingPosition, Topology};
+    /// fn gate(topology: Arc<dyn Topology>) -> Gate {
+    ///     Gate::new(topology, StartingPosition::TrimHorizon).maximum_retry_attempts(2)
+    /// }
+    /// ```
+    #[must_use]
+    pub const fn maximum_retry_attempts(mut self, attempts: u32) -> Self {
+        self.maximum_retry_attempts = Some(attempts);
+        self
+    }
+
+    /// Whether the mapping may give up on a batch: finite retry attempts, or a record age.
+    pub(crate) const fn discards(&self) -> bool {
+        self.maximum_retry_attempts.is_some() || self.maximum_record_age.is_some()
     }
 
     /// The mapping's record age limit, and whether a shard never checkpointed is read from

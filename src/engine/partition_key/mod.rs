@@ -33,7 +33,10 @@
 //! one lane's. No shard row can say where a lane stands, so each key's row remembers where its
 //! lane was last reported (the row's `reported`, its *mark*, written in the write the batch
 //! makes anyway): the record the batch was reported at, on every key with records at or after
-//! it; a held batch marks its keys at its first record. A batch holding a key whose mark lies
+//! it; a held batch marks its keys at its first record; and when the gate knows the mapping
+//! gives up on batches ([`Gate::maximum_retry_attempts`](crate::gate::Gate::maximum_retry_attempts),
+//! or a record age), every key read is marked at the first record not done before anything
+//! runs, since an invocation that dies makes no last write. A batch holding a key whose mark lies
 //! before the batch's first record proves the lane went on without it: the range from the
 //! lowest such mark up to the batch is read once through the gate's topology (at most
 //! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
@@ -51,7 +54,8 @@
 //! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
 //! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
 //! whose records were all duplicates and whose mark stays are not written. Each row written
-//! costs twice the write capacity of a plain write (transactions do). A held batch costs a read
+//! costs twice the write capacity of a plain write (transactions do); marking early costs one
+//! more write per 100 keys whose mark changes (none on a redelivery). A held batch costs a read
 //! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
 //! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
 //! the batch.
@@ -188,6 +192,16 @@ pub(crate) async fn run_shard<H: Handler>(
     let recovered = all.len();
     all.extend(entries);
     let entries = all;
+    // When the mapping may give up on the batch, its keys are marked before anything runs: an
+    // invocation that dies on every delivery leaves those marks for the lane's next batch.
+    gaps::mark_early(
+        settings,
+        &mut keys,
+        &entries,
+        shard_checkpoint.as_ref(),
+        invocation.now(),
+    )
+    .await;
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
