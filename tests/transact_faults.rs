@@ -22,7 +22,8 @@ const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";
 const TABLE: &str = "orders";
 /// Two transactions: 99 records and the lease row, then 51 and the lease row.
-const RECORDS: u64 = 150;
+const RECORDS: u64 = COUNT as u64;
+const COUNT: usize = 150;
 
 fn key() -> LeaseKey {
     LeaseKey::new(STREAM, SHARD)
@@ -124,11 +125,7 @@ async fn refused_transactions_commit_nothing_report_the_first_record_and_release
     );
     assert_eq!(shard.checkpoint, None);
     assert_eq!(reported(&report.response()), vec![sequence(0)]);
-    assert_eq!(
-        applied(&memory),
-        vec![0; RECORDS as usize],
-        "nothing landed"
-    );
+    assert_eq!(applied(&memory), vec![0; COUNT], "nothing landed");
     assert_eq!(memory.transactions(), 0);
     let after = row(&memory);
     assert_eq!(after.checkpoint, None);
@@ -141,7 +138,7 @@ async fn refused_transactions_commit_nothing_report_the_first_record_and_release
         .await
         .unwrap();
     assert!(reported(&again).is_empty());
-    assert_eq!(applied(&memory), vec![1; RECORDS as usize], "each once");
+    assert_eq!(applied(&memory), vec![1; COUNT], "each once");
     assert_eq!(memory.transactions(), 2);
     // The refused invocation's claim and release, beside a clean run's writes.
     assert_done_whole(&row(&memory), clean_counter().await + 2);
@@ -164,13 +161,13 @@ async fn a_transaction_whose_answer_was_lost_and_that_the_sdk_resends_with_its_t
         .unwrap();
     let shard = &report.shards[0];
     assert_eq!(shard.stopped, None);
-    assert_eq!(shard.count(Disposition::Processed), RECORDS as usize);
+    assert_eq!(shard.count(Disposition::Processed), COUNT);
     assert_eq!(
         shard.checkpoint.as_ref().map(ToString::to_string),
         Some(sequence(RECORDS - 1))
     );
     assert!(reported(&report.response()).is_empty());
-    assert_eq!(applied(&memory), vec![1; RECORDS as usize], "each once");
+    assert_eq!(applied(&memory), vec![1; COUNT], "each once");
     assert_eq!(memory.transactions(), 2, "the resend is not a third");
     assert!(
         !store
@@ -204,7 +201,7 @@ async fn a_transaction_whose_answer_was_lost_for_good_is_reported_and_its_redeli
         matches!(&reason, StopReason::CheckpointFailed(error) if error.contains("connection was reset")),
         "{reason:?}"
     );
-    assert_eq!(shard.count(Disposition::Uncheckpointed), RECORDS as usize);
+    assert_eq!(shard.count(Disposition::Uncheckpointed), COUNT);
     assert_eq!(shard.checkpoint, None, "as far as the engine knows");
     assert_eq!(reported(&report.response()), vec![sequence(0)]);
     // The first transaction did land: its 99 records and the checkpoint at the 99th.
@@ -227,7 +224,7 @@ async fn a_transaction_whose_answer_was_lost_for_good_is_reported_and_its_redeli
     );
     assert_eq!(shard.count(Disposition::Processed), 51);
     assert!(reported(&again.response()).is_empty());
-    assert_eq!(applied(&memory), vec![1; RECORDS as usize], "each once");
+    assert_eq!(applied(&memory), vec![1; COUNT], "each once");
     assert_eq!(memory.transactions(), 2);
     // The first invocation's claim, first transaction and release; the redelivery's claim
     // and one transaction with its release: a clean run's writes and two more.
@@ -251,12 +248,12 @@ async fn a_transaction_after_its_lease_was_stolen_is_fenced_commits_nothing_and_
     let (stopped, reason) = shard.stopped.clone().expect("fenced");
     assert_eq!(stopped.to_string(), sequence(0));
     assert_eq!(reason, StopReason::CheckpointFenced);
-    assert_eq!(shard.count(Disposition::Uncheckpointed), RECORDS as usize);
+    assert_eq!(shard.count(Disposition::Uncheckpointed), COUNT);
     assert_eq!(shard.checkpoint, None);
     assert_eq!(reported(&report.response()), vec![sequence(0)]);
     assert_eq!(
         applied(&memory),
-        vec![0; RECORDS as usize],
+        vec![0; COUNT],
         "nothing without the lease"
     );
     assert_eq!(memory.transactions(), 0);

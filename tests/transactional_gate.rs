@@ -57,8 +57,9 @@ fn item(n: u64) -> ItemId {
     ItemId::new(TABLE, &key)
 }
 
-#[tokio::test]
-async fn a_held_child_batch_commits_nothing_and_runs_once_its_parent_has_committed() {
+/// A stream of one shard with six records that splits, and 34 more records after: the parent,
+/// the child with records, and the child's record numbers.
+fn split_stream() -> (MemoryStream, String, String, Vec<u64>) {
     let stream = MemoryStream::new(STREAM, 1);
     let parent = stream.shard_ids()[0].clone();
     for n in 0..6 {
@@ -89,27 +90,34 @@ async fn a_held_child_batch_commits_nothing_and_runs_once_its_parent_has_committ
         })
         .collect();
     assert!(!child_records.is_empty());
+    (stream, parent, child, child_records)
+}
 
+/// Record `n` adds one to order `n`'s `applied`; `handled` counts the handler's runs.
+fn count_orders(
+    handled: Arc<AtomicU64>,
+) -> impl Fn(Record) -> std::future::Ready<Effect> + Send + Sync + 'static {
+    move |record: Record| {
+        handled.fetch_add(1, Ordering::SeqCst);
+        let update = Update::builder()
+            .table_name(TABLE)
+            .key("id", AttributeValue::S(format!("order-{}", n_of(&record))))
+            .update_expression("ADD applied :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .build()
+            .unwrap();
+        std::future::ready(Effect::Commit(Writes::from(Write::update(update))))
+    }
+}
+
+#[tokio::test]
+async fn a_held_child_batch_commits_nothing_and_runs_once_its_parent_has_committed() {
+    let (stream, parent, child, child_records) = split_stream();
     let memory = Arc::new(MemoryLeaseStore::new());
     let handled = Arc::new(AtomicU64::new(0));
-    let processor = {
-        let handled = Arc::clone(&handled);
-        Processor::transactional(memory.clone(), move |record: Record| {
-            handled.fetch_add(1, Ordering::SeqCst);
-            let update = Update::builder()
-                .table_name(TABLE)
-                .key("id", AttributeValue::S(format!("order-{}", n_of(&record))))
-                .update_expression("ADD applied :one")
-                .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
-                .build()
-                .unwrap();
-            std::future::ready(Effect::Commit(Writes::from(Write::update(update))))
-        })
-        .gate(Gate::new(
-            Arc::new(stream.clone()),
-            StartingPosition::TrimHorizon,
-        ))
-    };
+    let processor = Processor::transactional(memory.clone(), count_orders(handled.clone())).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon),
+    );
     let child_key = LeaseKey::new(STREAM, child.as_str());
     let parent_key = LeaseKey::new(STREAM, parent.as_str());
 

@@ -889,3 +889,30 @@ fn a_transactional_handler_applies_no_record_twice_under_deaths_at_every_point_w
         );
     }
 }
+
+#[test]
+fn two_runs_of_the_same_transactional_family_seeds_write_byte_identical_traces() {
+    super::quiet_injected_panics();
+    for seed in 1..=16 {
+        for side in [Side::Transactional, Side::Plain] {
+            let (_, outcome, trace) = run_one(seed, side);
+            let (_, again, retrace) = run_one(seed, side);
+            assert!(
+                trace.len() > 10,
+                "seed {seed} ({side:?}) traced almost nothing"
+            );
+            assert_eq!(
+                outcome.as_ref().err(),
+                again.as_ref().err(),
+                "seed {seed} ({side:?}) ended differently"
+            );
+            if let Some(line) = trace.iter().zip(&retrace).position(|(a, b)| a != b) {
+                panic!(
+                    "seed {seed} ({side:?}): the traces differ from line {line}:\n  {}\n  {}",
+                    trace[line], retrace[line]
+                );
+            }
+            assert_eq!(trace.len(), retrace.len(), "seed {seed} ({side:?})");
+        }
+    }
+}
