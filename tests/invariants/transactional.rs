@@ -21,7 +21,14 @@
 //!
 //! Not drawn here: the seed's five methods (`SeedStore` refuses transactions) and a seed-crate
 //! consumer beside it (its effects are not the handler's); frozen sandboxes (`skew::Pause`);
-//! the partition-key mode (the transactional handler is the shard mode's).
+//! the partition-key mode (the transactional handler is the shard mode's); beside mapping
+//! discards, a death before the invocation's claim landed (a batch the mapping gives up on
+//! after deliveries that wrote nothing leaves nothing to find it by, not covered in the
+//! README: seed 31 loses a closed parent's tail so when it is drawn).
+//!
+//! `TRANSACTIONAL_SCENARIOS` sets how many scenarios the family runs (by default a fifth of
+//! `INVARIANT_SCENARIOS`); `INVARIANT_SEED` the first; a failing one leaves its trace in
+//! `target/invariant-traces/` as the other families do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -572,9 +579,16 @@ async fn later_batches(stream: &MemoryStream, written: &mut Written, harness: &H
         });
         let event = super::common::event(&[record]);
         let patience = 30 + 2 * (harness.lease_ttl.as_millis() as u64 + 2 * scenario.skew_ms) / 20;
+        // Progress is a handling, as in `tests/invariants.rs`, or a death: an invocation
+        // killed at its claim handles nothing and leaves a lease to lapse, and a few of them
+        // in a row (a fifth of the invocations die in some scenarios) outlast the patience.
+        let progress = || {
+            harness.shared.tick.load(Ordering::SeqCst)
+                + harness.shared.journal.lock().unwrap().died.len() as u64
+        };
         let (mut attempt, mut idle) = (0, 0);
         while idle < patience && attempt < 20 * patience {
-            let ticks = harness.shared.tick.load(Ordering::SeqCst);
+            let ticks = progress();
             let mut context = super::common::context(&format!("later-{index}-{attempt}"), 2_000);
             context.deadline = harness.shared.clock.now_millis() + 2_000;
             match harness.invoke(event.clone(), context).await {
@@ -582,11 +596,7 @@ async fn later_batches(stream: &MemoryStream, written: &mut Written, harness: &H
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
             attempt += 1;
-            idle = if harness.shared.tick.load(Ordering::SeqCst) > ticks {
-                0
-            } else {
-                idle + 1
-            };
+            idle = if progress() > ticks { 0 } else { idle + 1 };
         }
     }
 }
@@ -814,16 +824,23 @@ fn run_one(seed: u64, side: Side) -> (Scenario, Result<Counts, String>, Vec<Stri
     (scenario, outcome, trace)
 }
 
-/// How many of `INVARIANT_SCENARIOS` the family runs (each twice, once per handler).
-const FAMILY_SHARE: u64 = 1;
+/// The family runs one in this many of `INVARIANT_SCENARIOS` (each twice, once per handler):
+/// 2,000 in `make test`, about as long again as a tenth of the other families' 10,000;
+/// `TRANSACTIONAL_SCENARIOS` sets the count itself.
+const FAMILY_SHARE: u64 = 5;
 
 #[test]
 fn a_transactional_handler_applies_no_record_twice_under_deaths_at_every_point_where_a_plain_one_does()
  {
     super::quiet_injected_panics();
-    let count: u64 = std::env::var("INVARIANT_SCENARIOS")
-        .map_or(super::DEFAULT_SCENARIOS, |n| n.parse().unwrap())
-        .div_ceil(FAMILY_SHARE);
+    let count: u64 = std::env::var("TRANSACTIONAL_SCENARIOS").map_or_else(
+        |_| {
+            std::env::var("INVARIANT_SCENARIOS")
+                .map_or(super::DEFAULT_SCENARIOS, |n| n.parse().unwrap())
+                .div_ceil(FAMILY_SHARE)
+        },
+        |n| n.parse().unwrap(),
+    );
     let first: u64 = std::env::var("INVARIANT_SEED").map_or(1, |n| n.parse().unwrap());
     let runs: Vec<(u64, Side)> = (first..first + count)
         .flat_map(|seed| [(seed, Side::Transactional), (seed, Side::Plain)])
