@@ -8,7 +8,10 @@
 //! A chunk before the last moves the checkpoint to its last record and keeps the lease; the
 //! last carries everything the invocation's last write carries
 //! (`shard::last_write`) and releases it. A batch whose records wrote
-//! nothing sends the plain last write, as a processor of a plain handler does.
+//! nothing sends the plain last write, as a processor of a plain handler does. A chunk before
+//! the last also writes `reported` at the first record it leaves: the next chunk may fail or
+//! the invocation die, and a later batch must still prove the rest skipped (see
+//! `outstanding_after`).
 //!
 //! A write refused by its own condition cancels its transaction, so nothing of it lands. The
 //! record it belongs to is that failure: the chunk is cut before it and sent again, and the
