@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,7 +48,9 @@ use kinesis_checkpoint::local::{
     EventSource, Function, InvocationError, MemoryStream, Rng, Shards,
 };
 use kinesis_checkpoint::processor::Effect;
-use kinesis_checkpoint::store::{Call, CheckpointStore, Layer, Layered, LeaseError, Next};
+use kinesis_checkpoint::store::{
+    Call, CheckpointStore, Layer, Layered, LeaseError, Next, Operation,
+};
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, MemoryLeaseStore, Mode, Outcome, Processor, Record,
 };
@@ -175,11 +177,11 @@ struct Reap {
     shared: Arc<Shared>,
     invocation: String,
     /// Set when this layer killed the invocation.
-    struck: Arc<AtomicU64>,
+    struck: Arc<AtomicBool>,
     /// Beside mapping discards: die only once a claim of this invocation landed (see
     /// [`Harness::invoke`]).
     after_a_claim: bool,
-    claimed: std::sync::atomic::AtomicBool,
+    claimed: AtomicBool,
 }
 
 impl Reap {
@@ -189,7 +191,7 @@ impl Reap {
             self.invocation,
             call.operation()
         ));
-        self.struck.store(1, Ordering::SeqCst);
+        self.struck.store(true, Ordering::SeqCst);
         self.death.notify_one();
         std::future::pending::<()>().await;
     }
@@ -209,7 +211,7 @@ impl Layer for Reap {
             }
             let operation = call.operation();
             let answer = next.run(call).await;
-            if operation == kinesis_checkpoint::store::Operation::AcquireAndRead && answer.is_ok() {
+            if operation == Operation::AcquireAndRead && answer.is_ok() {
                 self.claimed.store(true, Ordering::SeqCst);
             }
             if self.plan == Some(Death::AfterCall(index)) && armed() {
@@ -475,7 +477,7 @@ impl Function for Harness {
                 store = Arc::new(skew::skewed(store, offset_ms));
             }
             let death = Arc::new(Notify::new());
-            let struck = Arc::new(AtomicU64::new(0));
+            let struck = Arc::new(AtomicBool::new(false));
             let call_plan = plan.filter(|plan| !matches!(plan, Death::AfterRecord(_)));
             if call_plan.is_some() {
                 store = Arc::new(Layered::new(
@@ -492,7 +494,7 @@ impl Function for Harness {
                         // parent's, its children wait for for good. The other family kills an
                         // invocation only after a handler, past its claim, too.
                         after_a_claim: self.scenario.discards,
-                        claimed: std::sync::atomic::AtomicBool::new(false),
+                        claimed: AtomicBool::new(false),
                     },
                 ));
             }
@@ -508,7 +510,7 @@ impl Function for Harness {
                 biased;
                 () = death.notified() => {
                     self.shared.journal.lock().unwrap().died.insert(invocation.clone());
-                    if struck.load(Ordering::SeqCst) == 1 {
+                    if struck.load(Ordering::SeqCst) {
                         self.deaths_at_calls.fetch_add(1, Ordering::SeqCst);
                     }
                     Err(InvocationError::Function(format!("{invocation} died (injected)")))
