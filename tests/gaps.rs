@@ -142,6 +142,26 @@ impl Setup {
             .metrics(metrics.metrics())
     }
 
+    fn processor_by_key(
+        &self,
+        handler: impl Handler,
+        metrics: &Lines,
+    ) -> Processor<impl Handler, kinesis_checkpoint::PartitionKeyMode> {
+        let gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon);
+        Processor::by_partition_key(Arc::new(self.store.clone()), handler)
+            .gate(gate)
+            .metrics(metrics.metrics())
+    }
+
+    /// A partition key's row in `shard`.
+    async fn key_row(&self, shard: &str, partition_key: &str) -> LeaseState {
+        let shard = LeaseKey::new(self.stream.name.as_str(), shard);
+        self.store
+            .read(&kinesis_checkpoint::store::row_key(&shard, partition_key))
+            .await
+            .unwrap()
+    }
+
     async fn put(&self, key: &str, range: std::ops::Range<u64>) {
         for n in range {
             self.stream.put(key, n).await;
@@ -184,8 +204,8 @@ impl Lines {
     }
 }
 
-async fn deliver(
-    processor: &Processor<impl Handler>,
+async fn deliver<M: kinesis_checkpoint::processor::CheckpointMode>(
+    processor: &Processor<impl Handler, M>,
     event: KinesisEvent,
     request: &str,
 ) -> BatchReport {
@@ -267,6 +287,79 @@ async fn a_batch_after_a_discarded_range_runs_the_skipped_records_first() {
     assert_eq!(row.reported, None, "nothing is outstanding");
     assert_eq!(row.failing, None, "record 3 is done");
     assert_eq!(row.lease_owner, None);
+}
+
+/// The partition-key mode against Kinesis and `DynamoDB`: a lane's batch holds keys a and b;
+/// a fails at record 2, b is done. The mapping gives up on the batch, and its next batch holds
+/// only b's later records. b's row marks where the lane was reported (record 2), behind that
+/// batch: the range is read once, and a's records in it (a's row carries the same mark) run
+/// first, in order; b's, done already, are not run again. A normal batch after that reads
+/// nothing from Kinesis.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_lane_batch_given_up_on_is_run_when_a_key_of_it_comes_back() {
+    let setup = setup(None).await;
+    for n in 0..6 {
+        setup
+            .stream
+            .put(if n % 2 == 0 { "a" } else { "b" }, n)
+            .await;
+    }
+    let seen = Seen::default();
+    let lines = Lines::default();
+    let processor = setup.processor_by_key(seen.handler(&[2]), &lines);
+
+    let first = setup.delivery(SHARD, 0..6).await;
+    let report = deliver(&processor, first.clone(), "k1").await;
+    assert!(matches!(
+        &report.shards[0].stopped,
+        Some((sequence, StopReason::Retry(_))) if *sequence.as_str() == sequence_of(&first, 2)
+    ));
+    assert_eq!(seen.all(), [0, 1, 3, 5]);
+    let mark = Some(sequence_of(&first, 2));
+    for key in ["a", "b"] {
+        let row = setup.key_row(SHARD, key).await;
+        assert_eq!(
+            row.reported.as_ref().map(ToString::to_string),
+            mark,
+            "{key}'s row marks where the lane was reported"
+        );
+    }
+
+    // The mapping gave up on records 2 to 5; its next batch of the lane holds b's 6 and 7.
+    setup.stream.put("b", 6).await;
+    setup.stream.put("b", 7).await;
+    let calls = setup.kinesis_calls();
+    let next = setup.delivery(SHARD, 6..8).await;
+    let report = deliver(&processor, next, "k2").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(
+        seen.all(),
+        [0, 1, 3, 5, 2, 4, 6, 7],
+        "a's skipped records first"
+    );
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(
+        gap.recovered
+            .iter()
+            .map(|r| r.position.to_string())
+            .collect::<Vec<_>>(),
+        [sequence_of(&first, 2), sequence_of(&first, 4)],
+        "a's records only: b's were done"
+    );
+    assert_eq!(setup.kinesis_calls(), calls + 1, "one read of the range");
+    assert_eq!(lines.last()["Recovered"], 2);
+    let a = setup.key_row(SHARD, "a").await;
+    assert_eq!(a.checkpoint, Some(sequence_of(&first, 4)));
+    assert_eq!((a.failing, a.reported), (None, None), "a is settled");
+    assert_eq!(setup.key_row(SHARD, "b").await.reported, None);
+
+    setup.stream.put("b", 8).await;
+    let calls = setup.kinesis_calls();
+    let report = deliver(&processor, setup.delivery(SHARD, 8..9).await, "k3").await;
+    assert!(report.shards[0].stopped.is_none() && report.shards[0].gap.is_none());
+    assert_eq!(setup.kinesis_calls(), calls, "a normal batch reads nothing");
+    assert_eq!(seen.all(), [0, 1, 3, 5, 2, 4, 6, 7, 8]);
 }
 
 #[tokio::test]
@@ -473,6 +566,44 @@ async fn run_local(
     fails: impl Fn(u64) -> u32 + Send + Sync + 'static,
 ) -> (Vec<u64>, Vec<kinesis_checkpoint::local::Discarded>) {
     use kinesis_checkpoint::local::EventSource;
+    let (seen, handler) = failing_handler(fails);
+    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), handler).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let report = EventSource::new(stream, mapping)
+        .run(Arc::new(processor))
+        .await
+        .unwrap();
+    (seen.all(), report.discarded)
+}
+
+/// [`run_local`] in the partition-key mode, whose gate knows the mapping's record age limit.
+async fn run_local_by_key(
+    stream: kinesis_checkpoint::local::MemoryStream,
+    mapping: kinesis_checkpoint::local::Mapping,
+    fails: impl Fn(u64) -> u32 + Send + Sync + 'static,
+) -> (Vec<u64>, Vec<kinesis_checkpoint::local::Discarded>) {
+    use kinesis_checkpoint::local::EventSource;
+    let (seen, handler) = failing_handler(fails);
+    let mut gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
+    if let Some(age) = mapping.maximum_record_age {
+        gate = gate.maximum_record_age(age);
+    }
+    let processor =
+        Processor::by_partition_key(Arc::new(MemoryLeaseStore::new()), handler).gate(gate);
+    let report = EventSource::new(stream, mapping)
+        .run(Arc::new(processor))
+        .await
+        .unwrap();
+    (seen.all(), report.discarded)
+}
+
+/// A handler that fails each record `fails(n)` times first, and what it processed.
+fn failing_handler<F>(fails: F) -> (Seen, impl Handler + use<F>)
+where
+    F: Fn(u64) -> u32 + Send + Sync + 'static,
+{
     let seen = Seen::default();
     let attempts: Arc<Mutex<std::collections::HashMap<u64, u32>>> = Arc::default();
     let handler = {
@@ -491,15 +622,7 @@ async fn run_local(
             std::future::ready(outcome)
         }
     };
-    let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), handler).gate(Gate::new(
-        Arc::new(stream.clone()),
-        StartingPosition::TrimHorizon,
-    ));
-    let report = EventSource::new(stream, mapping)
-        .run(Arc::new(processor))
-        .await
-        .unwrap();
-    (seen.all(), report.discarded)
+    (seen, handler)
 }
 
 /// Every record once, in order per key (`keys` keys, record `n` under `customer-{n % keys}`).
@@ -583,6 +706,70 @@ async fn with_the_local_mappings_age_discards_every_record_is_recovered_once_in_
         .maximum_record_age(Some(Duration::from_millis(10_500)))
         .seed(7);
     let (seen, discarded) = run_local(stream, mapping, |n| {
+        if [10, 30, 60, 71].contains(&n) { 8 } else { 0 }
+    })
+    .await;
+    assert!(
+        discarded.iter().any(|d| d.reason == DiscardReason::TooOld),
+        "the mapping gave up on records too old"
+    );
+    assert_all_once_in_order(seen, 300, 9, discarded.len());
+}
+
+/// The partition-key mode under `MaximumRetryAttempts` and a `ParallelizationFactor` of 4: a
+/// lane's batch that keeps failing is given up on, and the next batch of a key that was in it
+/// finds the key's mark behind it, reads the range back and runs the lane's keys' records
+/// first. Every record once, in order per key.
+#[tokio::test]
+async fn in_the_partition_key_mode_with_retry_discards_every_record_is_recovered_once_in_order() {
+    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream};
+    for seed in [1, 2, 3] {
+        let stream = MemoryStream::new("orders", 2);
+        orders(&stream, 0..400);
+        // Records of the first half fail more often than the mapping retries; every key
+        // has records after them, as in a stream written on.
+        let mapping = Mapping::default()
+            .batch_size(20)
+            .parallelization_factor(4)
+            .maximum_retry_attempts(Some(1))
+            .duplicate_deliveries(0.1)
+            .seed(seed);
+        let (seen, discarded) =
+            run_local_by_key(
+                stream,
+                mapping,
+                |n| {
+                    if n < 200 && n % 25 == 0 { 3 } else { 0 }
+                },
+            )
+            .await;
+        assert!(
+            discarded
+                .iter()
+                .any(|d| d.reason == DiscardReason::RetriesExhausted),
+            "the mapping gave up on batches"
+        );
+        assert_all_once_in_order(seen, 400, 9, discarded.len());
+    }
+}
+
+/// The partition-key mode under `MaximumRecordAgeInSeconds` and a `ParallelizationFactor` of
+/// 3: while a lane is stuck on a failing record, its records behind grow too old and are
+/// dropped, some never delivered at all; the keys' marks, and the age of the lane's next
+/// batch, bring them all back.
+#[tokio::test]
+async fn in_the_partition_key_mode_with_age_discards_every_record_is_recovered_once_in_order() {
+    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream, Shards};
+    let stream = MemoryStream::new("orders", 2);
+    orders(&stream, 0..100);
+    stream.advance(Duration::from_secs(10));
+    orders(&stream, 100..300);
+    let mapping = Mapping::default()
+        .batch_size(20)
+        .parallelization_factor(3)
+        .maximum_record_age(Some(Duration::from_millis(10_500)))
+        .seed(7);
+    let (seen, discarded) = run_local_by_key(stream, mapping, |n| {
         if [10, 30, 60, 71].contains(&n) { 8 } else { 0 }
     })
     .await;

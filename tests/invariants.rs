@@ -40,7 +40,7 @@
 //! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
 //!   one record at a time): the trait's defaults do the rest, and the duplicates they state
 //!   (sub-records done before a stop inside an aggregate) are counted, not failed;
-//! - mapping discards (30 % of shard-mode scenarios): finite `MaximumRetryAttempts`, and half
+//! - mapping discards (30 % of the scenarios, in both modes): finite `MaximumRetryAttempts`, and half
 //!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written
 //!   over time, which a lagging shard drops unreported and the gate, told the limit, suspects;
 //!   the stream then goes on (one more record per shard, delivered as the batch after
@@ -58,11 +58,17 @@
 //!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
 //!   delivery runs its batch (`skew.rs`).
 //!
-//! Mapping discards are drawn on a stream that reshards too: a closed parent whose last batch
+//! In the partition-key mode the stream goes on with one more record of every key, each in a
+//! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
+//! discards are drawn on a stream that does not reshard and without deaths (see below).
+//!
+//! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
 //! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
 //! gate), and a parent's tail run so counts as the child's invocation's handling.
 //!
-//! Not drawn together, each an open limitation written in the README: discards with a five-method store (it keeps neither `reported` nor `contended`), with
+//! Not drawn together, each an open limitation written in the README: key-mode discards with
+//! a reshard (a closed parent's discarded tail is not run in the partition-key mode) or with
+//! deaths (the mode marks its rows in its last write only); discards with a five-method store (it keeps neither `reported` nor `contended`), with
 //! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
 //! seed consumer's checkpoint inside them passes).
 //!
@@ -503,7 +509,7 @@ impl Function for Harness {
                             // Records the mapping skipped and this invocation recovered count too,
                             // and so do the tails of closed parents it ran, each its own shard.
                             journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
-                            let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
+                            let recovered = shard.gap.iter().flat_map(|gap| gap.recovered.iter().cloned());
                             for record in recovered.chain(&shard.records) {
                                 let position = record.position.to_string();
                                 let unrecorded = stopped_inside
@@ -707,11 +713,11 @@ impl Scenario {
             .maximum_deliveries(20_000)
             .seed(seed);
         // Mapping discards, drawn apart so that every other setting of a seed stays as it was:
-        // finite retries, as a mapping configured so gives up on records. The
-        // shard mode only (the partition-key mode has no gap recovery), on a stream that may
-        // reshard (a closed parent's discarded tail is run by its child's invocation).
+        // finite retries, as a mapping configured so gives up on records. In both modes; in
+        // the shard mode on a stream that may reshard (a closed parent's discarded tail is run
+        // by its child's invocation), in the partition-key mode on one that does not.
         let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
-        let discards = !partition_keys && discard_rng.chance(0.3);
+        let discards = discard_rng.chance(0.3);
         let mapping = if discards {
             mapping.maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
         } else {
@@ -744,7 +750,13 @@ impl Scenario {
             mapping,
             mode,
             in_flight,
-            death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
+            // Not beside key-mode discards: the partition-key mode marks its rows in its last
+            // write only, so a batch it dies on at every delivery leaves no mark (open).
+            death_chance: if rng.chance(0.3) && !(partition_keys && discards) {
+                0.08
+            } else {
+                0.0
+            },
             chaos: if chaotic {
                 ChaosLevels {
                     // A refused claim is remembered by a read and a mark after it (`Chaos`
@@ -796,8 +808,17 @@ impl Scenario {
     async fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
         let stream = MemoryStream::new("orders", self.shards).clock(clock);
         let mut written = Written::default();
-        let split_at = rng.chance(0.6).then(|| rng.below(self.records));
-        let merge_at = rng.chance(0.5).then(|| rng.below(self.records));
+        // Key-mode discards on a stream that does not reshard: a closed parent's tail the
+        // mapping gave up on is not run by a child in the partition-key mode (open).
+        let reshards = !(self.mode == Mode::PartitionKey && self.discards);
+        let split_at = rng
+            .chance(0.6)
+            .then(|| rng.below(self.records))
+            .filter(|_| reshards);
+        let merge_at = rng
+            .chance(0.5)
+            .then(|| rng.below(self.records))
+            .filter(|_| reshards);
         let mut children = None;
         let mut n = 0;
         while n < self.records {
@@ -984,11 +1005,33 @@ async fn later_batches(
         .filter(|info| !info.closed)
         .map(|info| info.id)
         .collect();
-    for (index, shard) in open.into_iter().enumerate() {
-        let key = (0..10_000)
-            .map(|k| format!("later-{k}"))
-            .find(|key| stream.shard_of(key) == shard)
-            .expect("some key hashes to every shard");
+    // In the partition-key mode every key comes back, each in a batch of its own (a batch is
+    // one lane's, and which lane a key takes is the mapping's secret): what a lane skipped is
+    // found by the marks of the keys that were in it.
+    let later: Vec<(String, String)> = if scenario.mode == Mode::PartitionKey {
+        let mut keys: Vec<String> = stream
+            .shard_ids()
+            .iter()
+            .flat_map(|shard| stream.records(shard))
+            .map(|record| record.partition_key.clone())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
+            .map(|key| (stream.shard_of(&key), key))
+            .collect()
+    } else {
+        open.into_iter()
+            .map(|shard| {
+                let key = (0..10_000)
+                    .map(|k| format!("later-{k}"))
+                    .find(|key| stream.shard_of(key) == shard)
+                    .expect("some key hashes to every shard");
+                (shard, key)
+            })
+            .collect()
+    };
+    for (index, (shard, key)) in later.into_iter().enumerate() {
         let n = scenario.records + index as u64;
         let payload = serde_json::to_vec(&Payload {
             n,
@@ -1089,20 +1132,30 @@ struct Counts {
 /// [`ARRIVAL_SPACING`] apart, but over shards by their keys' hashes, so one shard may go
 /// without a record for longer than a quarter of the limit drawn (seed 2658: 85 ms on one of
 /// three shards, beside 196 ms). The limit is then raised past four times the longest pause
-/// in any shard; `None` when the drawn one is covered already.
+/// in any shard, or in any lane of one with a `ParallelizationFactor` above 1 (a lane is
+/// delivered, and drops its oldest records, by itself); `None` when the drawn one is covered
+/// already.
 fn covered_record_age(scenario: &Scenario, stream: &MemoryStream) -> Option<Duration> {
     let limit = scenario.record_age?;
+    // A lane drops its records and delivers its next: with a `ParallelizationFactor` above 1
+    // the pause that matters is between the records of one lane (the partition-key mode).
+    let mapping = &scenario.mapping;
     let longest = stream
         .shard_ids()
         .iter()
         .flat_map(|shard| {
             let records = stream.records(shard);
-            records
-                .windows(2)
-                .map(|pair| {
-                    pair[1]
-                        .arrival_millis
-                        .saturating_sub(pair[0].arrival_millis)
+            (0..mapping.parallelization_factor)
+                .flat_map(|lane| {
+                    let arrivals: Vec<u64> = records
+                        .iter()
+                        .filter(|record| mapping.lane_of(&record.partition_key) == lane)
+                        .map(|record| record.arrival_millis)
+                        .collect();
+                    arrivals
+                        .windows(2)
+                        .map(|pair| pair[1].saturating_sub(pair[0]))
+                        .collect::<Vec<_>>()
                 })
                 .collect::<Vec<_>>()
         })

@@ -666,3 +666,225 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
         "the gate marked the parent finished"
     );
 }
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_held_child_batch_the_mapping_gave_up_on_runs_once_its_parents_finish()
+ {
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let (stream, counting) = split_stream(4, 2);
+    let journal = Journal::default();
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(store.clone(), journal.handler(|_, _| None))
+        .gate(Gate::new(counting.clone(), StartingPosition::TrimHorizon));
+    let child = child_with_records(&stream);
+    let records = stream.records(&child);
+    let child_key = LeaseKey::new(STREAM, child.as_str());
+    let (count, half) = (records.len(), records.len() / 2);
+    assert!(half > 0, "the child holds records on both sides of the cut");
+
+    // The child comes first and is held; each key of the batch is marked at its first record.
+    let report = processor
+        .process_batch(delivery(&stream, &child, 0..half), &context("c1", 60_000))
+        .await
+        .unwrap();
+    assert!(matches!(
+        report.shards[0].stopped,
+        Some((_, kinesis_checkpoint::report::StopReason::Held(_)))
+    ));
+    for record in &records[..half] {
+        let key = &record.partition_key;
+        let row = LeaseStore::read(&*store, &row_key(&child_key, key))
+            .await
+            .unwrap();
+        assert_eq!(
+            row.reported.map(|mark| mark.to_string()),
+            Some(records[0].sequence.clone()),
+            "{key} is marked where the held batch starts"
+        );
+    }
+    processor
+        .process_batch(delivery(&stream, SHARD, 0..4), &context("p1", 60_000))
+        .await
+        .unwrap();
+
+    // The mapping gave up on the held batch: the next one starts after it.
+    let report = processor
+        .process_batch(
+            delivery(&stream, &child, half..count),
+            &context("c2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(gap.recovered.len(), half, "the held batch's records");
+    assert!(
+        gap.recovered
+            .iter()
+            .all(|r| r.disposition == Disposition::Processed)
+    );
+    let per_key = journal.per_key();
+    for (key, ns) in &per_key {
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{key} in order: {ns:?}");
+    }
+    let processed: usize = per_key.values().map(Vec::len).sum();
+    assert_eq!(processed, 4 + count, "every record once");
+}
+
+/// What a lane skipped is read back with the records of every lane in its range: only the
+/// lane's keys run. Keys a and b share a lane; c takes another, which is still retrying c's
+/// record inside the range: c's record is not run here (it would run twice, beside its lane).
+#[tokio::test]
+async fn in_the_partition_key_mode_a_skipped_range_runs_only_the_records_of_the_lanes_keys() {
+    use kinesis_checkpoint::gap::GapOutcome;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0 c1 b2 a3 c4 b5 b6
+    for (n, key) in ["a", "c", "b", "a", "c", "b", "b"].iter().enumerate() {
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let journal = Journal::default();
+    let processor = Processor::by_partition_key(
+        Arc::new(MemoryLeaseStore::new()),
+        journal.handler(|n, attempt| {
+            // c4 keeps failing in c's lane; a3 fails once.
+            (n == 4 || (n == 3 && attempt == 1)).then(|| Outcome::retry("not yet"))
+        }),
+    )
+    .gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let records = stream.records(SHARD);
+    let lane = |indexes: &[usize]| {
+        let mut event = delivery(&stream, SHARD, 0..records.len());
+        event.records = indexes.iter().map(|&i| event.records[i].clone()).collect();
+        event
+    };
+
+    // c's lane: c1 done, c4 reported.
+    let report = processor
+        .process_batch(lane(&[1, 4]), &context("c", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&report.response()), [records[4].sequence.clone()]);
+    // a and b's lane: a3 reported, b2 and b5 done; the mapping gives up on it.
+    let report = processor
+        .process_batch(lane(&[0, 2, 3, 5]), &context("ab1", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&report.response()), [records[3].sequence.clone()]);
+    // The lane's next batch: b6 alone. b's mark (a3) lies behind it.
+    let report = processor
+        .process_batch(lane(&[6]), &context("ab2", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(
+        gap.recovered
+            .iter()
+            .map(|r| r.position.to_string())
+            .collect::<Vec<_>>(),
+        [records[3].sequence.clone()],
+        "a3 only: b5 is done, and c4 belongs to another lane"
+    );
+    let per_key = journal.per_key();
+    assert_eq!(per_key["a"], [0, 3]);
+    assert_eq!(per_key["b"], [2, 5, 6]);
+    assert_eq!(per_key["c"], [1], "c4 is left to its own lane");
+    assert_eq!(
+        journal.attempts.lock().unwrap()[&4],
+        1,
+        "c4 was tried by its lane only"
+    );
+}
+
+/// A lane's skipped range longer than one reading (10,000 records) runs in parts, one per
+/// delivery of the batch after it: the batch waits (its first record reported) until the last
+/// part is read, and every record runs once, in order.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_in_parts() {
+    use kinesis_checkpoint::gap::{GapOutcome, MAX_RECOVERED_RECORDS};
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use kinesis_checkpoint::report::StopReason;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    let count = MAX_RECOVERED_RECORDS + 500;
+    let total = u64::try_from(count).unwrap();
+    for n in 0..total {
+        let key = if n == 0 { "a" } else { "b" };
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |record: Record| {
+            let n = n_of(&record);
+            let mut seen = seen.lock().unwrap();
+            let first_try = n == 0 && !seen.contains(&u64::MAX);
+            if first_try {
+                seen.push(u64::MAX);
+            } else {
+                seen.push(n);
+            }
+            std::future::ready(if first_try {
+                Outcome::retry("not yet")
+            } else {
+                Outcome::ack()
+            })
+        }
+    };
+    let processor = Processor::by_partition_key(Arc::new(MemoryLeaseStore::new()), handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon),
+    );
+
+    // a0 fails, b1 is done: both are marked at a0. The mapping gives up on the lane's batch
+    // and on everything up to the last record, which comes next.
+    let report = processor
+        .process_batch(delivery(&stream, SHARD, 0..2), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_some());
+    let last = delivery(&stream, SHARD, count - 1..count);
+    let report = processor
+        .process_batch(last.clone(), &context("2", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert!(
+        matches!(shard.stopped, Some((_, StopReason::GapUnread(_)))),
+        "{:?}",
+        shard.stopped
+    );
+    let gap = shard.gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Partial);
+    assert_eq!(
+        gap.recovered.len(),
+        MAX_RECOVERED_RECORDS - 2,
+        "a0, b2 to b9998"
+    );
+    let report = processor
+        .process_batch(last, &context("3", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert!(shard.stopped.is_none(), "{:?}", shard.stopped);
+    assert_eq!(
+        shard.gap.as_ref().map(|gap| &gap.outcome),
+        Some(&GapOutcome::Recovered)
+    );
+    let mut seen: Vec<u64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&n| n != u64::MAX)
+        .collect();
+    let b: Vec<u64> = seen.iter().copied().filter(|&n| n != 0).collect();
+    assert!(b.windows(2).all(|w| w[0] < w[1]), "b in order");
+    seen.sort_unstable();
+    assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
+}

@@ -17,7 +17,7 @@ use crate::gap::{
 use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
 use crate::record::Record;
-use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::report::{Disposition, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
 use crate::store::LeaseState;
 
@@ -339,8 +339,25 @@ pub(crate) async fn read_tail<H>(
     })
 }
 
+/// Reads `range` of the shard of `key` for the partition-key mode, as [`recover`] reads one
+/// (within half the time left and [`MAX_RECOVERED_RECORDS`]); the records come unpacked as a
+/// batch's are. `None` when the processor has no gate to read through.
+pub(crate) async fn read_for_keys<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    range: &SkippedRange,
+    invocation: &Invocation,
+) -> Option<Result<(Vec<Entry>, bool), TopologyError>> {
+    let gate = settings.gate.as_deref()?;
+    Some(
+        read(settings, gate, key, range, invocation)
+            .await
+            .map(|RangeRead { records, complete }| (unpack(settings, records), complete)),
+    )
+}
+
 /// Logs a range nothing can read: neither processed nor dead-lettered.
-fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
+pub(crate) fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
     tracing::error!(
         stream = key.stream(),
         shard = key.shard(),
@@ -373,24 +390,20 @@ pub(crate) fn stop_at_unread(dispatched: &mut Dispatched, runnable: usize, pendi
 /// row remembers the recovered one, and the next batch reads on from the checkpoint).
 pub(crate) fn report(
     report: &mut ShardReport,
-    mut records: Vec<RecordReport>,
+    mut records: RecordReports,
     recovered: usize,
     stopped: Option<(usize, StopReason)>,
 ) -> Option<(usize, StopReason)> {
-    let batch = records.split_off(recovered.min(records.len()));
+    let batch = records.split_off(recovered);
     if let Some(gap) = &mut report.gap {
-        gap.recovered = records;
+        gap.recovered = records.iter().collect();
     }
-    report.records.extend(batch);
+    report.records.append(batch);
     match stopped {
         Some((index, reason)) if index < recovered => {
-            if let Some(first) = report
+            report
                 .records
-                .first_mut()
-                .filter(|first| first.disposition == Disposition::NotAttempted)
-            {
-                first.disposition = Disposition::Reported;
-            }
+                .replace_first(Disposition::NotAttempted, Disposition::Reported);
             Some((recovered, reason))
         }
         other => other,

@@ -34,7 +34,8 @@
 //! will never deliver them again, so holding the batch would not bring them back; it would only
 //! make the mapping give up on this batch as well.
 //!
-//! The partition-key mode has no shard row to remember a report in, and is not covered.
+//! The partition-key mode has no shard row to remember a report in: each key's row remembers
+//! where the key's lane was reported instead (see `keys`, and the mode's documentation).
 
 use std::time::SystemTime;
 
@@ -44,6 +45,8 @@ pub use crate::report::{GapOutcome, GapReport};
 use crate::sequence::Position;
 pub use crate::sequence::{ReadFrom, SkippedRange};
 use crate::store::{LeaseState, ReportedChange};
+
+pub(crate) mod keys;
 
 /// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
 /// and run in parts, one per invocation, each continuing after the checkpoint the last one left.

@@ -98,6 +98,21 @@ impl Mapping {
         self
     }
 
+    /// The lane of a shard that records of `partition_key` take under this mapping's
+    /// `ParallelizationFactor` (0 with a factor of 1): a stable hash, as the mapping keeps a key
+    /// on one lane. AWS does not say how Lambda hashes; this is the local mapping's.
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::local::Mapping;
+    /// let mapping = Mapping::default().parallelization_factor(4);
+    /// assert!(mapping.lane_of("customer-7") < 4);
+    /// assert_eq!(Mapping::default().lane_of("customer-7"), 0);
+    /// ```
+    #[must_use]
+    pub fn lane_of(&self, partition_key: &str) -> usize {
+        lane_of(partition_key, self.parallelization_factor)
+    }
+
     /// Sets `ParallelizationFactor` (1 to 10).
     ///
     /// ```
@@ -274,4 +289,18 @@ impl Mapping {
         self.seed = seed;
         self
     }
+}
+
+/// The lane a partition key belongs to: a stable hash, so a key always takes the same lane.
+pub(super) fn lane_of(partition_key: &str, lanes: usize) -> usize {
+    if lanes <= 1 {
+        return 0;
+    }
+    // FNV-1a: stable across runs and platforms, unlike the standard library's hasher.
+    let hash = partition_key
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    usize::try_from(hash % lanes as u64).unwrap_or(0)
 }

@@ -12,7 +12,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 
 use super::delivery::{Delivery, DeliveryOutcome, DiscardReason, Discarded, RunReport};
 use super::function::InvocationError;
-use super::mapping::Mapping;
+use super::mapping::{Mapping, lane_of};
 use super::rng::Rng;
 use super::stream::StreamRecord;
 
@@ -103,20 +103,6 @@ pub(super) fn earliest_retry(shards: &BTreeMap<String, ShardProgress>, now: u64)
         .filter_map(|l| l.not_before)
         .filter(|&when| when > now)
         .min()
-}
-
-/// The lane a partition key belongs to: a stable hash, so a key always takes the same lane.
-fn lane_of(partition_key: &str, lanes: usize) -> usize {
-    if lanes <= 1 {
-        return 0;
-    }
-    // FNV-1a: stable across runs and platforms, unlike the standard library's hasher.
-    let hash = partition_key
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    usize::try_from(hash % lanes as u64).unwrap_or(0)
 }
 
 /// One batch per lane that has records due at `now` (epoch milliseconds on the source's clock;

@@ -114,6 +114,10 @@ pub struct KeyCommit {
     pub failing: FailingChange,
     /// When `DynamoDB` may delete the row (epoch seconds).
     pub expires_at: Option<u64>,
+    /// The change to the row's [`reported`](LeaseState::reported) record: in the
+    /// partition-key mode, the record the key's lane was last reported from (see
+    /// [`gap`](crate::gap)'s partition-key section).
+    pub reported: ReportedChange,
 }
 
 impl KeyCommit {
@@ -134,6 +138,7 @@ impl KeyCommit {
             below: Below::Keep,
             failing: FailingChange::Keep,
             expires_at: None,
+            reported: ReportedChange::Keep,
         }
     }
 }

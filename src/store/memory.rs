@@ -356,6 +356,11 @@ impl CheckpointStore for MemoryLeaseStore {
                         if commit.expires_at.is_some() {
                             row.expires_at = commit.expires_at;
                         }
+                        match &commit.reported {
+                            ReportedChange::Keep => {}
+                            ReportedChange::Set(position) => row.reported = Some(position.clone()),
+                            ReportedChange::Clear => row.reported = None,
+                        }
                     }
                     unchanged
                 })

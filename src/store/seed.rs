@@ -35,7 +35,7 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// - **`parent_shards`**: the gate asks the stream's topology for a child's parents again in
 ///   every invocation.
 /// - **`expires_at`**: a finished shard's row is never deleted by `DynamoDB`'s TTL.
-/// - **`reported`** (the claim's `attempting`, and the commit's change): a batch the mapping
+/// - **`reported`** (the claim's `attempting`, the commit's change, a partition key's row's): a batch the mapping
 ///   discards after an invocation died on it, or after it was reported, goes unnoticed: no gap
 ///   is found.
 /// - **`contended`**: [`mark_contended`](CheckpointStore::mark_contended) does nothing, so a
@@ -247,7 +247,7 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
         &'a self,
         commits: &'a [KeyCommit],
     ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
-        // Neither the counter nor the failing record nor `expires_at` (see above).
+        // Neither the counter nor the failing record nor `expires_at` nor `reported` (see above).
         Box::pin(async move {
             let mut written = Vec::with_capacity(commits.len());
             for commit in commits {

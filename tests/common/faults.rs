@@ -336,6 +336,21 @@ impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
                 (Operation::Read | Operation::MarkContended, Some(key)) => {
                     self.before_on(key).await?;
                 }
+                // The partition-key mode reads its rows again after a throttled read, and
+                // writes them again after a throttled write: one throttle, not an outage.
+                (Operation::ReadRows | Operation::CommitRows, _) => {
+                    let first = call.keys().first().map(|key| format!("rows {key}"));
+                    match first {
+                        Some(first) => {
+                            let spared = self.spared.lock().unwrap().remove(&first).is_some();
+                            if !spared && let Err(error) = self.before().await {
+                                self.spared.lock().unwrap().insert(first, 1);
+                                return Err(error);
+                            }
+                        }
+                        None => self.before().await?,
+                    }
+                }
                 (Operation::AcquireAndRead, Some(key)) => {
                     if let Err(error) = self.before().await {
                         self.spared.lock().unwrap().insert(key.to_string(), 2);

@@ -11,9 +11,9 @@ use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::failing_item;
 use super::expressions::{Clauses, position_clauses};
-use super::schema::{FAILING, KEY};
+use super::schema::{FAILING, KEY, REPORTED};
 use crate::key::LeaseKey;
-use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, RowForm};
+use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, ReportedChange, RowForm};
 
 /// The most items one `BatchGetItem` reads and one `TransactWriteItems` writes.
 const MANY: usize = 100;
@@ -39,6 +39,17 @@ impl DynamoLeaseStore {
             FailingChange::Set(failing) => {
                 clauses.set.push("failing = :failing");
                 values.insert(":failing".to_owned(), failing_item(failing));
+            }
+        }
+        match &commit.reported {
+            ReportedChange::Keep => {}
+            ReportedChange::Clear => clauses.remove.push(REPORTED),
+            ReportedChange::Set(position) => {
+                clauses.set.push("reported = :reported");
+                values.insert(
+                    ":reported".to_owned(),
+                    AttributeValue::S(position.to_string()),
+                );
             }
         }
         if let Some(expires_at) = commit.expires_at {

@@ -138,6 +138,7 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     first.below = Below::Record("799".parse().expect("n"));
     first.failing = FailingChange::Set(failing.clone());
     first.expires_at = Some(1_900_000_001);
+    first.reported = ReportedChange::Set(at("795"));
     let mut second = KeyCommit::new(rows[1].clone(), 5);
     second.checkpoint = Some(at("900"));
     assert_eq!(
@@ -159,6 +160,7 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         Some(1_900_000_001),
         "a key's expires_at"
     );
+    assert_eq!(read[0].reported, Some(at("795")), "a key's reported record");
     assert_eq!(
         read[1].checkpoint, None,
         "a row written meanwhile is not overwritten"

@@ -1,0 +1,328 @@
+//! Records the mapping skipped in a lane, in the partition-key mode: found by the marks of the
+//! keys' rows (the rules are [`gap::keys`](crate::gap::keys)), read once per batch, filtered to
+//! the keys of the lane, and run before the batch.
+
+use std::collections::{HashMap, HashSet};
+
+use super::commits::write;
+use super::rows::KeyRow;
+use crate::engine::batch::Entry;
+use crate::engine::invocation::Invocation;
+use crate::engine::recovery::{lost, read_for_keys};
+use crate::engine::settings::Settings;
+use crate::gap::keys::{aged_range, held_mark, lane_mark, lane_range, next_mark};
+use crate::gap::{CannotRead, GapOutcome, GapReport, SkippedRange};
+use crate::key::{LeaseKey, row_key};
+use crate::report::StopReason;
+use crate::sequence::Position;
+use crate::store::{KeyCommit, ReportedChange};
+
+/// What the keys' rows proved skipped before a batch, and what was read of it.
+#[derive(Default)]
+pub(super) struct Found {
+    /// The records of the lane's keys read, not done yet, in order: to run before the batch.
+    pub(super) entries: Vec<Entry>,
+    /// The first record not read, when the range was read in part: the next delivery reads on
+    /// from it.
+    pub(super) unread: Option<Position>,
+    /// The range, for the shard's report.
+    pub(super) gap: Option<GapReport>,
+}
+
+/// Why nothing may run: the range could not be read.
+pub(super) type Unread = Box<(GapReport, StopReason)>;
+
+/// Finds what the lane of `batch` skipped, from the rows in `keys` (the batch's keys; the
+/// rows of the other keys of the lane found in the range are added), and reads it. No request
+/// when no row proves anything and the batch is not suspect for its age.
+pub(super) async fn recover<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    batch: &[Entry],
+    keys: &mut HashMap<String, KeyRow>,
+    shard_checkpoint: Option<&Position>,
+    invocation: &Invocation,
+) -> Result<Found, Unread> {
+    let Some(first) = batch.first() else {
+        return Ok(Found::default());
+    };
+    let start = first.position();
+    let mut detected: Vec<Position> = keys
+        .values()
+        .filter_map(|row| lane_mark(&row.state, shard_checkpoint, &start))
+        .cloned()
+        .collect();
+    detected.sort();
+    detected.dedup();
+    let range = if detected.is_empty() {
+        match aged(settings, keys, first, shard_checkpoint, invocation) {
+            Some(range) => range,
+            None => return Ok(Found::default()),
+        }
+    } else {
+        let marked: Vec<(&str, &Position)> = keys
+            .iter()
+            .filter_map(|(partition_key, row)| {
+                lane_mark(&row.state, shard_checkpoint, &start)
+                    .map(|mark| (partition_key.as_str(), mark))
+            })
+            .collect();
+        tracing::warn!(
+            stream = key.stream(),
+            shard = key.shard(),
+            keys = ?marked,
+            first = %first.sequence(),
+            "a batch starts after the record its partition keys' lane was reported at: the event source mapping skipped records"
+        );
+        lane_range(&detected, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
+    };
+    let suspicion = detected.is_empty();
+    let Some((mut entries, complete)) = read(settings, key, &range, invocation).await? else {
+        return Ok(no_reader(range));
+    };
+    if !complete && entries.is_empty() {
+        let reason =
+            StopReason::GapUnread(format!("no record {range} could be read in the time left"));
+        let gap = GapReport::new(range, GapOutcome::Unread("out of time".to_owned()));
+        return Err(Box::new((gap, reason)));
+    }
+    // Read in part: the last record read is where the next delivery reads on from.
+    let unread = (!complete)
+        .then(|| entries.last().map(|last| last.sequence().clone()))
+        .flatten();
+    if let Some(unread) = &unread {
+        entries.retain(|entry| entry.sequence() != unread);
+    }
+    let entries = match of_the_lane(settings, key, entries, keys, &detected, shard_checkpoint).await
+    {
+        Ok(entries) => entries,
+        Err(error) => {
+            let reason = StopReason::GapUnread(format!(
+                "reading the rows of the partition keys in {range} failed: {error}"
+            ));
+            return Err(Box::new((
+                GapReport::new(range, GapOutcome::Unread(error)),
+                reason,
+            )));
+        }
+    };
+    if suspicion && complete && entries.is_empty() {
+        // Nothing was dropped after all: each key's records follow its checkpoint.
+        return Ok(Found::default());
+    }
+    let outcome = if complete {
+        GapOutcome::Recovered
+    } else {
+        GapOutcome::Partial
+    };
+    tracing::info!(
+        stream = key.stream(),
+        shard = key.shard(),
+        %range,
+        records = entries.len(),
+        complete,
+        "records of the partition keys' lane the event source mapping skipped: running them before the batch"
+    );
+    Ok(Found {
+        entries,
+        unread: unread.map(Position::record),
+        gap: Some(GapReport::new(range, outcome)),
+    })
+}
+
+/// Reads `range`: the records, unpacked, and whether that is all of it; `None` when nothing can
+/// read it (logged as lost).
+async fn read<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    range: &SkippedRange,
+    invocation: &Invocation,
+) -> Result<Option<(Vec<Entry>, bool)>, Unread> {
+    match read_for_keys(settings, key, range, invocation).await {
+        None => {
+            lost(
+                key,
+                range,
+                "the processor has no gate, whose topology would read them",
+            );
+            Ok(None)
+        }
+        Some(Err(error)) if error.downcast_ref::<CannotRead>().is_some() => {
+            lost(key, range, &error.to_string());
+            Ok(None)
+        }
+        Some(Err(error)) => {
+            tracing::warn!(
+                stream = key.stream(),
+                shard = key.shard(),
+                %range,
+                %error,
+                "could not read the records the event source mapping skipped; reporting the batch"
+            );
+            let reason = StopReason::GapUnread(format!("reading them ({range}) failed: {error}"));
+            Err(Box::new((
+                GapReport::new(range.clone(), GapOutcome::Unread(error.to_string())),
+                reason,
+            )))
+        }
+        Some(Ok(read)) => Ok(Some(read)),
+    }
+}
+
+/// A range nothing can read: logged as lost, and the batch goes on (the mapping will never
+/// deliver it again; holding the batch would only make it give up on this one too).
+fn no_reader(range: SkippedRange) -> Found {
+    Found {
+        gap: Some(GapReport::new(range, GapOutcome::NoReader)),
+        ..Found::default()
+    }
+}
+
+/// The range before the batch's `first` record the lane may have dropped for its age: only
+/// with a gate that knows the mapping's record age limit (see [`aged_range`]).
+fn aged<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    first: &Entry,
+    shard_checkpoint: Option<&Position>,
+    invocation: &Invocation,
+) -> Option<SkippedRange> {
+    let (limit, from_start) = settings.gate.as_deref()?.record_age()?;
+    let Entry::Record(record) = first else {
+        return None;
+    };
+    let arrival = crate::clock::millis_since_epoch(record.arrival());
+    let age = invocation.now().saturating_sub(arrival);
+    // A key's records are done up to its checkpoint or the shard's, whichever is later.
+    let checkpoints = keys
+        .values()
+        .map(|row| row.checkpoint.as_ref().max(shard_checkpoint));
+    aged_range(
+        checkpoints,
+        &record.position(),
+        (age, crate::store::memory::millis(limit)),
+        from_start,
+    )
+}
+
+/// The `entries` read that belong to the batch's lane and are not done: the keys of the batch
+/// (`keys` holds their rows), and the keys whose row carries one of the `detected` marks (they
+/// were in the batch that set it), whose rows are read here and added to `keys`. Any other
+/// key's records belong to another lane, which may be delivering them now.
+async fn of_the_lane<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    mut entries: Vec<Entry>,
+    keys: &mut HashMap<String, KeyRow>,
+    detected: &[Position],
+    shard_checkpoint: Option<&Position>,
+) -> Result<Vec<Entry>, String> {
+    let mut others: Vec<&str> = entries
+        .iter()
+        .filter_map(Entry::routing_key)
+        .filter(|partition_key| !keys.contains_key(*partition_key))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let others: Vec<String> = others.into_iter().map(str::to_owned).collect();
+    if !others.is_empty() && !detected.is_empty() {
+        let rows: Vec<LeaseKey> = others
+            .iter()
+            .map(|partition_key| row_key(shard, partition_key))
+            .collect();
+        let states = settings
+            .store
+            .read_rows(&rows)
+            .await
+            .map_err(|error| error.to_string())?;
+        for ((partition_key, row), state) in others.iter().zip(rows).zip(states) {
+            let marked = state
+                .reported
+                .as_ref()
+                .is_some_and(|mark| detected.contains(mark));
+            if !marked {
+                continue;
+            }
+            let checkpoint = state.position().map_err(|error| error.to_string())?;
+            keys.insert(
+                partition_key.clone(),
+                KeyRow {
+                    row,
+                    checkpoint,
+                    state,
+                    in_batch: false,
+                },
+            );
+        }
+    }
+    entries.retain(|entry| {
+        entry
+            .routing_key()
+            .and_then(|k| keys.get(k))
+            .is_some_and(|row| {
+                !row.checkpoint
+                    .iter()
+                    .chain(shard_checkpoint)
+                    .any(|done| entry.position() <= *done)
+            })
+    });
+    Ok(entries)
+}
+
+/// Each key's new mark once the batch ran (see [`next_mark`]): `reported` is the batch's
+/// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
+/// that is not done (or not read yet), while there is one: every key read here (the batch's,
+/// and those of the lane found in the range) is then marked there, so that whichever of them
+/// comes next reads on from it, even after the mapping gave up on this batch too.
+pub(super) fn marks(
+    keys: &HashMap<String, KeyRow>,
+    batch: &[Entry],
+    pending: Option<&Position>,
+    reported: Option<&Position>,
+) -> HashMap<String, ReportedChange> {
+    let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
+        batch
+            .iter()
+            .filter(|entry| entry.position() >= *reported)
+            .filter_map(Entry::routing_key)
+            .collect()
+    });
+    keys.iter()
+        .map(|(partition_key, row)| {
+            let comes_again = row.in_batch && again.contains(partition_key.as_str());
+            let old = row.state.reported.as_ref();
+            (
+                partition_key.clone(),
+                next_mark(old, pending, reported, comes_again),
+            )
+        })
+        .filter(|(_, change)| *change != ReportedChange::Keep)
+        .collect()
+}
+
+/// Marks each key of a held batch at its first record (see [`held_mark`]), so that a batch of
+/// the lane after the mapping gave up on this one finds what it skipped. One write, only when
+/// a mark changes; a failure is logged, and costs only that finding.
+pub(super) async fn mark_held<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    first: &Position,
+    now: u64,
+) {
+    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
+    let mut commits: Vec<(String, KeyCommit)> = keys
+        .iter()
+        .filter_map(|(partition_key, row)| {
+            let change = held_mark(row.state.reported.as_ref(), first);
+            (change != ReportedChange::Keep).then(|| {
+                let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+                commit.reported = change;
+                commit.expires_at = Some(expires_at.max(row.state.expires_at.unwrap_or(0)));
+                (partition_key.clone(), commit)
+            })
+        })
+        .collect();
+    commits.sort_by(|a, b| a.0.cmp(&b.0));
+    // A row written meanwhile is logged by `write`; nothing else depends on it.
+    let _refused = write(settings.store.as_ref(), &commits).await;
+}

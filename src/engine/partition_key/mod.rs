@@ -1,0 +1,340 @@
+//! The partition-key mode, for event source mappings with `ParallelizationFactor` above 1.
+//!
+//! With `ParallelizationFactor` N (2 to 10), Lambda runs up to N batches of one shard at once,
+//! split by partition key: order holds per key, not per shard. A shard lease would let one of
+//! them run and turn the others away, and a shard checkpoint would skip records of other keys
+//! that are still running elsewhere. So in this mode ([`PartitionKeyMode`](crate::PartitionKeyMode)) there is no shard
+//! lease and no shard checkpoint: every partition key has a row of its own, keyed
+//! `stream:shard:partition-key` in the same table, holding the key's checkpoint, its failing
+//! record and a TTL. One invocation:
+//!
+//! 1. Gates the shard: a child shard waits until each parent is finished (see below).
+//! 2. Reads the rows of the batch's partition keys ([`CheckpointStore::read_rows`]: 100 per
+//!    `BatchGetItem`, read consistently).
+//! 3. Recovers what the lane skipped, when a key's row proves it (see below): those records run
+//!    first.
+//! 4. Skips every record at or below its key's checkpoint, and dispatches the rest one queue per
+//!    key (concurrently with [`Processor::concurrency`](crate::Processor::concurrency) above 1,
+//!    otherwise one record at a time); a key stops at its first failure, dead letters as in the
+//!    shard mode, with attempts counted in the key's row.
+//! 5. Writes each key's row whose checkpoint, failing record or mark changed
+//!    ([`CheckpointStore::commit_rows`]: 100 per `TransactWriteItems`), each on condition that its
+//!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
+//!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
+//!    is not written: its records are reported and come again, and its checkpoint skips what
+//!    the other delivery did.
+//! 6. Reports the lowest record not done: Lambda redelivers from it, and every record above it
+//!    that is done is skipped by its key's checkpoint. The shard's report carries no
+//!    checkpoint: there is none per shard.
+//!
+//! **Records the mapping skipped.** The mapping splits the shard into lanes by a hash of the
+//! partition key (AWS does not say which), each delivered in order, retried and given up on
+//! (`MaximumRetryAttempts`, `MaximumRecordAgeInSeconds`, a bisected half) by itself; a batch is
+//! one lane's. No shard row can say where a lane stands, so each key's row remembers where its
+//! lane was last reported (the row's `reported`, its *mark*, written in the write the batch
+//! makes anyway): the record the batch was reported at, on every key with records at or after
+//! it; a held batch marks its keys at its first record. A batch holding a key whose mark lies
+//! before the batch's first record proves the lane went on without it: the range from the
+//! lowest such mark up to the batch is read once through the gate's topology (at most
+//! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
+//! by the next delivery), filtered to the lane's keys (the batch's, and those whose rows carry
+//! the same mark: they were in the batch that set it), and their records not done run first.
+//! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
+//! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
+//! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
+//! that old.
+//!
+//! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
+//! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
+//! runs, the first record is reported), and records at or below its checkpoint are done.
+//!
+//! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
+//! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
+//! whose records were all duplicates and whose mark stays are not written. Each row written
+//! costs twice the write capacity of a plain write (transactions do). A held batch costs a read
+//! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
+//! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
+//! the batch.
+//!
+//! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
+//! stream retention of 7) after their last write: a key silent for longer than the stream
+//! keeps records cannot be redelivered.
+//!
+//! **The gate**: a parent shard is finished when its shard row says `SHARD_END`, when it has
+//! expired from the stream, or when it is closed and every record in it is at or below its
+//! key's checkpoint or the parent's own row's checkpoint (read from the stream with
+//! [`Topology::read_range`](crate::gate::Topology::read_range), in parts of at most 10,000
+//! records per held batch, and checked against the key rows); the gate then writes `SHARD_END`
+//! on the parent's row, and remembers it for the life of the process. Until then, it keeps for
+//! the life of the process only each key's last position in the parent and the keys found done:
+//! a held batch reads no record twice and asks only the keys still pending. A parent still open
+//! holds the child.
+//!
+//! [`CheckpointStore::read_rows`]: crate::store::CheckpointStore::read_rows
+//! [`CheckpointStore::commit_rows`]: crate::store::CheckpointStore::commit_rows
+
+use std::time::Duration;
+
+use super::attempt::Runner;
+use super::batch::{Entry, ShardBatch, stop_all};
+use super::invocation::{Invocation, LeaseWatch};
+use super::keyed::{self, Limits, State};
+use super::recovery;
+use super::settings::Settings;
+use crate::handler::Handler;
+use crate::report::{Disposition, RecordReport, RecordReports, ShardReport, StopReason};
+use crate::store::LeaseState;
+
+mod commits;
+mod gaps;
+mod rows;
+
+use commits::{key_commits, write};
+use gaps::Found;
+use rows::{RowsUnread, read_keys};
+
+/// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
+/// one shard's records in the partition-key mode.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the steps of one invocation in the partition-key mode, in order, clearer in one place"
+)]
+pub(crate) async fn run_shard<H: Handler>(
+    settings: &Settings<H>,
+    group: ShardBatch,
+    invocation: &Invocation,
+) -> ShardReport {
+    let ShardBatch { key, entries } = group;
+    let report = ShardReport::empty(key.clone());
+    let held = match settings.gate.as_deref() {
+        Some(gate) => {
+            gate.check_partition_keys(settings.store.as_ref(), &key)
+                .await
+        }
+        None => None,
+    };
+
+    // The rows of the batch's partition keys, and the shard's own, read at once.
+    let read = read_keys(settings.store.as_ref(), &key, &entries).await;
+    if let Some(held) = held {
+        tracing::warn!(%held, "holding the shard back until its parents are finished");
+        // Marked at the batch's first record: a batch of the lane after the mapping gave up
+        // on this one finds what it skipped.
+        if let (Ok((keys, _)), Some(first)) = (&read, entries.first()) {
+            gaps::mark_held(settings, keys, &first.position(), invocation.now()).await;
+        }
+        return stop_all(report, &entries, StopReason::Held(held));
+    }
+    let (mut keys, shard_row) = match read {
+        Ok(read) => read,
+        Err(RowsUnread::Store(error)) => {
+            tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
+            return stop_all(report, &entries, StopReason::Store(error.to_string()));
+        }
+        Err(RowsUnread::Checkpoint(row, error)) => {
+            tracing::error!(%error, row = %row, "a partition key's checkpoint is unreadable; processing nothing");
+            return stop_all(
+                report,
+                &entries,
+                StopReason::BadCheckpoint(error.to_string()),
+            );
+        }
+    };
+    let shard_checkpoint = match shard_owner(&shard_row, invocation.now()) {
+        Some(owner) => {
+            tracing::warn!(
+                holder = owner,
+                "another consumer holds the shard's lease; processing nothing"
+            );
+            let owner = Some(owner.to_owned());
+            return stop_all(report, &entries, StopReason::LeaseHeld { owner });
+        }
+        None => match shard_row.position() {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
+                return stop_all(
+                    report,
+                    &entries,
+                    StopReason::BadCheckpoint(error.to_string()),
+                );
+            }
+        },
+    };
+
+    // Records of the lane the mapping skipped run first, in order, as the batch's own.
+    let found = gaps::recover(
+        settings,
+        &key,
+        &entries,
+        &mut keys,
+        shard_checkpoint.as_ref(),
+        invocation,
+    )
+    .await;
+    let Found {
+        entries: mut all,
+        unread,
+        gap,
+    } = match found {
+        Ok(found) => found,
+        Err(unread) => {
+            let (gap, reason) = *unread;
+            let mut report = stop_all(report, &entries, reason);
+            report.gap = Some(gap);
+            return report;
+        }
+    };
+    let recovered = all.len();
+    all.extend(entries);
+    let entries = all;
+
+    // Dispatch per key; no lease can be lost, so the watch never lapses.
+    let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
+    // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
+    // progress covers every key).
+    let is_done = |entry: &Entry| {
+        entry.routing_key().is_some_and(|partition_key| {
+            keys[partition_key]
+                .checkpoint
+                .iter()
+                .chain(&shard_checkpoint)
+                .any(|checkpoint| entry.position() <= *checkpoint)
+        })
+    };
+    let known = |partition_key: &str| {
+        keys.get(partition_key)
+            .and_then(|row| row.state.failing.clone())
+    };
+    let limits = Limits {
+        by_routing_key: true,
+        max_in_flight: settings.max_in_flight,
+        max_done_above: usize::MAX,
+    };
+    let runner = Runner {
+        settings,
+        invocation,
+        lease: &lease,
+        #[cfg(feature = "dynamodb")]
+        staged: None,
+    };
+    // A range read in part runs alone: the batch comes again once the rest is read.
+    let runnable = if unread.is_some() {
+        recovered
+    } else {
+        entries.len()
+    };
+    let mut run = keyed::run(&runner, &entries[..runnable], &known, &is_done, 0, limits).await;
+    run.states.resize_with(entries.len(), || State::Waiting);
+
+    // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
+    // batch's first while anything the lane skipped is not done.
+    let lowest = run.lowest_not_done();
+    let pending = if lowest < recovered {
+        Some(entries[lowest].position())
+    } else {
+        unread.clone()
+    };
+    let reported_at = if pending.is_none() {
+        entries.get(lowest).map(Entry::position)
+    } else {
+        entries.get(recovered).map(Entry::position)
+    };
+    let marks = gaps::marks(
+        &keys,
+        &entries[recovered..],
+        pending.as_ref(),
+        reported_at.as_ref(),
+    );
+    let commits = key_commits(
+        &entries,
+        &run,
+        &keys,
+        &marks,
+        settings.key_ttl,
+        invocation.now(),
+    );
+    let refused = write(settings.store.as_ref(), &commits).await;
+    if !refused.is_empty() {
+        // Those keys' records run again when redelivered: mark them so, and report from the
+        // first of them if it is lower than the first record not done.
+        for (index, state) in run.states.iter_mut().enumerate() {
+            let refused_key = entries[index]
+                .routing_key()
+                .is_some_and(|partition_key| refused.iter().any(|(k, _)| k == partition_key));
+            // A dead letter whose row was not written is sent again on redelivery: it is
+            // not checkpointed either.
+            if refused_key && matches!(state, State::Done(d, _) if d.runs_again_unrecorded()) {
+                *state = State::Done(Disposition::Uncheckpointed, false);
+            }
+        }
+    }
+    let mut report = report;
+    report.gap = gap;
+    let cut = (unread.is_some()).then_some(recovered);
+    finish(&runner, report, &entries, &run, refused, recovered, cut).await
+}
+
+/// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
+/// table (the seed crate's, or this toolkit's shard mode), which processes the shard's records
+/// itself.
+/// `now` is epoch milliseconds.
+pub(crate) fn shard_owner(row: &LeaseState, now: u64) -> Option<&str> {
+    row.lease_owner
+        .as_deref()
+        .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
+}
+
+/// The shard's report: every record's disposition, and the lowest record not done (or not
+/// recorded) as the one reported. The first `recovered` entries are the lane's skipped
+/// records, reported under the gap; when one of them is not done, or the range was read in
+/// part (`cut`: dispatch stopped there), the batch's first record is reported.
+async fn finish<H: Handler>(
+    runner: &Runner<'_, H>,
+    mut report: ShardReport,
+    entries: &[Entry],
+    run: &keyed::Run,
+    refused: Vec<(String, StopReason)>,
+    recovered: usize,
+    cut: Option<usize>,
+) -> ShardReport {
+    let lowest = run.lowest_not_done();
+    let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
+        matches!(state, State::Done(Disposition::Uncheckpointed, _))
+            && entry.routing_key().is_some()
+    });
+    let stopped = match first_refused {
+        Some(index) if index < lowest => {
+            let partition_key = entries[index].routing_key().unwrap_or_default();
+            let reason = refused
+                .into_iter()
+                .find(|(k, _)| k == partition_key)
+                .map_or(StopReason::CheckpointFenced, |(_, reason)| reason);
+            Some((index, reason))
+        }
+        _ if cut.is_some_and(|cut| lowest >= cut) => Some((
+            recovered,
+            StopReason::GapUnread(format!(
+                "one invocation reads at most {} of them, in half its time left; the next one reads on",
+                crate::gap::MAX_RECOVERED_RECORDS
+            )),
+        )),
+        _ if lowest < entries.len() => Some((lowest, run.reason(lowest, runner, entries).await)),
+        _ => None,
+    };
+    let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
+    let records: RecordReports = entries
+        .iter()
+        .zip(run.dispositions(reported))
+        .map(|(entry, disposition)| RecordReport {
+            position: entry.position(),
+            disposition,
+        })
+        .collect();
+    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
+        let sequence = entries[index].sequence().clone();
+        tracing::info!(%sequence, %reason, "reporting the first record not done");
+        report.stopped = Some((sequence, reason));
+    }
+    report
+}

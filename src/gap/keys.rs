@@ -1,0 +1,213 @@
+//! The partition-key mode's gap rules, over the keys' rows.
+//!
+//! With `ParallelizationFactor` above 1 the mapping splits a shard into lanes by a hash of the
+//! partition key that AWS does not document: each lane is delivered in order, one batch at a
+//! time, and retried, bisected and given up on by itself. A batch is one lane's; so every key
+//! in one batch shares a lane, and a lane is redelivered from the record it was reported at.
+//! No shard row can say where a lane stands, and no key's checkpoint can either (a key with
+//! nothing left to do says nothing of its lane). So each key's row remembers, in `reported`,
+//! the record its lane was last reported from (its **mark**): written on every key of the
+//! batch that has records at or after the reported one (they come again from there), and
+//! removed once a batch of the key reports nothing at or before them.
+//!
+//! - **Proven**: a batch holding a key whose mark lies before the batch's first record
+//!   ([`lane_mark`]) shows that the lane went on without delivering the marked record again:
+//!   the mapping gave up on records from the mark on (`MaximumRetryAttempts`,
+//!   `MaximumRecordAgeInSeconds`, a bisected half discarded).
+//! - **Who lost them**: the keys of this batch (same lane) and the keys whose row carries the
+//!   same mark (they were in the batch that set it: same lane). Records of the range of any
+//!   other key belong to another lane, which may still be delivering them: never run here.
+//! - **Suspected** ([`aged_range`]): a mapping with a record age limit drops a lagging lane's
+//!   oldest records without any report; a batch whose first record is nearly as old as the
+//!   limit is read before, from the lowest checkpoint of its keys (as in the shard mode).
+
+use super::suspected;
+use crate::sequence::{Position, ReadFrom, SequenceNumber, SkippedRange};
+use crate::store::{LeaseState, ReportedChange};
+
+/// The mark of a key's row that a batch starting at `first` proves skipped: the row marks a
+/// record of an earlier sequence number than `first` (the lane was reported from it and went
+/// on without delivering it again), and no consumer of the whole shard checkpointed past it.
+pub(crate) fn lane_mark<'a>(
+    state: &'a LeaseState,
+    shard_checkpoint: Option<&Position>,
+    first: &Position,
+) -> Option<&'a Position> {
+    let mark = state.reported.as_ref()?;
+    if shard_checkpoint.is_some_and(|done| mark <= done) {
+        return None;
+    }
+    match (mark, first) {
+        // The same aggregate delivered again is not past it: Lambda delivers records whole.
+        (
+            Position::Record { sequence, .. },
+            Position::Record {
+                sequence: before, ..
+            },
+        ) if sequence < before => Some(mark),
+        _ => None,
+    }
+}
+
+/// The range to read for the proven `marks` (not empty) before a batch starting at `first`:
+/// at the lowest mark (the marked record is not done) up to `first`.
+pub(crate) fn lane_range(marks: &[Position], first: &SequenceNumber) -> Option<SkippedRange> {
+    let Some(Position::Record { sequence, .. }) = marks.iter().min() else {
+        return None;
+    };
+    Some(SkippedRange {
+        from: ReadFrom::At(sequence.clone()),
+        before: first.clone(),
+    })
+}
+
+/// The range a batch starting at `first`, `age` old of the mapping's `limit` (milliseconds),
+/// may follow when the lane dropped records for their age: from the lowest of the batch's
+/// keys' `checkpoints` (a key never checkpointed: from the shard's start when `from_start`,
+/// otherwise it bounds nothing) up to `first`. `None` when `first` is young, or no key's
+/// checkpoint lies below it.
+pub(crate) fn aged_range<'a>(
+    checkpoints: impl IntoIterator<Item = Option<&'a Position>>,
+    first: &Position,
+    age: (u64, u64),
+    from_start: bool,
+) -> Option<SkippedRange> {
+    checkpoints
+        .into_iter()
+        .filter_map(|checkpoint| suspected(checkpoint, first, age, from_start))
+        .min_by(|a, b| earlier(&a.from, &b.from))
+}
+
+/// Whichever of two starts reads more of the shard first.
+fn earlier(a: &ReadFrom, b: &ReadFrom) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let rank = |from: &ReadFrom| match from {
+        ReadFrom::TrimHorizon => (None, 0),
+        ReadFrom::At(sequence) => (Some(sequence.clone()), 0),
+        ReadFrom::After(sequence) => (Some(sequence.clone()), 1),
+    };
+    let ((a, a_after), (b, b_after)) = (rank(a), rank(b));
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(a), Some(b)) => a.cmp(&b).then(a_after.cmp(&b_after)),
+    }
+}
+
+/// A key's new mark, from its row's `old` one: `keep` when the batch could not settle what the
+/// lane skipped (it stays marked, or marked where the next reading goes on); otherwise the
+/// record the batch was `reported` at when the key has records at or after it (`comes_again`),
+/// and none when the lane is past the key's records.
+pub(crate) fn next_mark(
+    old: Option<&Position>,
+    keep: Option<&Position>,
+    reported: Option<&Position>,
+    comes_again: bool,
+) -> ReportedChange {
+    let target = keep.or(reported.filter(|_| comes_again));
+    match (old, target) {
+        (old, Some(target)) if old != Some(target) => ReportedChange::Set(target.clone()),
+        (Some(_), None) => ReportedChange::Clear,
+        _ => ReportedChange::Keep,
+    }
+}
+
+/// A held batch starting at `first` runs nothing: each key is marked there, unless its mark is
+/// lower (still to recover once the batch may run).
+pub(crate) fn held_mark(old: Option<&Position>, first: &Position) -> ReportedChange {
+    match old {
+        Some(old) if old <= first => ReportedChange::Keep,
+        _ => ReportedChange::Set(first.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(n: u64) -> Position {
+        Position::record(n.to_string().parse().unwrap())
+    }
+
+    fn marked(mark: Position) -> LeaseState {
+        LeaseState {
+            reported: Some(mark),
+            ..LeaseState::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_after_a_keys_mark_proves_its_lane_skipped_from_the_mark() {
+        let row = marked(at(20));
+        assert_eq!(lane_mark(&row, None, &at(30)), Some(&at(20)));
+        assert_eq!(lane_mark(&row, None, &at(20)), None, "redelivered from it");
+        assert_eq!(lane_mark(&row, None, &at(10)), None, "an older batch");
+        assert_eq!(
+            lane_mark(&row, Some(&at(25)), &at(30)),
+            None,
+            "a shard consumer did it"
+        );
+        assert_eq!(lane_mark(&LeaseState::default(), None, &at(30)), None);
+        let inside = marked(Position::sub_record("20".parse().unwrap(), 3));
+        let again = Position::sub_record("20".parse().unwrap(), 0);
+        assert_eq!(
+            lane_mark(&inside, None, &again),
+            None,
+            "the aggregate again"
+        );
+        let range = lane_range(&[at(40), at(20)], &"50".parse().unwrap()).expect("a range");
+        assert_eq!(range.from, ReadFrom::At("20".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_old_batch_is_read_from_the_lowest_checkpoint_of_its_keys() {
+        let limit = 60_000;
+        let (ten, twenty) = (at(10), at(20));
+        let range = aged_range([Some(&twenty), Some(&ten)], &at(30), (50_000, limit), false)
+            .expect("suspected");
+        assert_eq!(range.from, ReadFrom::After("10".parse().unwrap()));
+        assert_eq!(
+            aged_range([Some(&ten)], &at(30), (10_000, limit), false),
+            None,
+            "young"
+        );
+        let range = aged_range([Some(&ten), None], &at(30), (50_000, limit), true).expect("any");
+        assert_eq!(
+            range.from,
+            ReadFrom::TrimHorizon,
+            "a key never checkpointed"
+        );
+        assert_eq!(
+            aged_range([None], &at(30), (50_000, limit), false),
+            None,
+            "LATEST: nothing bounds it"
+        );
+    }
+
+    #[test]
+    fn a_key_is_marked_where_its_lane_comes_again_and_unmarked_once_past() {
+        let (ten, twenty) = (at(10), at(20));
+        assert_eq!(
+            next_mark(None, None, Some(&twenty), true),
+            ReportedChange::Set(at(20))
+        );
+        assert_eq!(
+            next_mark(Some(&twenty), None, Some(&twenty), true),
+            ReportedChange::Keep
+        );
+        assert_eq!(
+            next_mark(Some(&ten), None, Some(&twenty), false),
+            ReportedChange::Clear,
+            "nothing of the key comes again"
+        );
+        assert_eq!(next_mark(None, None, None, true), ReportedChange::Keep);
+        assert_eq!(
+            next_mark(Some(&ten), Some(&ten), Some(&twenty), true),
+            ReportedChange::Keep,
+            "not settled: kept"
+        );
+        assert_eq!(held_mark(Some(&ten), &twenty), ReportedChange::Keep);
+        assert_eq!(held_mark(None, &twenty), ReportedChange::Set(at(20)));
+    }
+}
