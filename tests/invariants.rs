@@ -96,6 +96,8 @@ mod letters;
 mod seed_consumer;
 #[path = "invariants/skew.rs"]
 mod skew;
+#[path = "invariants/transactional.rs"]
+mod transactional;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

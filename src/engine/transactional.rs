@@ -8,7 +8,10 @@
 //! A chunk before the last moves the checkpoint to its last record and keeps the lease; the
 //! last carries everything the invocation's last write carries
 //! (`shard::last_write`) and releases it. A batch whose records wrote
-//! nothing sends the plain last write, as a processor of a plain handler does.
+//! nothing sends the plain last write, as a processor of a plain handler does. A chunk before
+//! the last also writes `reported` at the first record it leaves: the next chunk may fail or
+//! the invocation die, and a later batch must still prove the rest skipped (see
+//! `outstanding_after`).
 //!
 //! A write refused by its own condition cancels its transaction, so nothing of it lands. The
 //! record it belongs to is that failure: the chunk is cut before it and sent again, and the
@@ -34,7 +37,8 @@ use crate::key::LeaseKey;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
 use crate::store::{
-    Below, Commit, FailingChange, FailingRecord, LeaseState, Transacted, Transaction,
+    Below, Commit, FailingChange, FailingRecord, LeaseState, ReportedChange, Transacted,
+    Transaction,
 };
 
 /// The room a transaction has beside the lease row's update, whose expressions and values
@@ -80,8 +84,15 @@ pub(crate) async fn commit<H: Handler>(
     let mut start = 0;
     let mut checkpointed = None;
     let mut revision = 0_u32;
+    // Whether a chunk committed moved the row's `reported` (see `outstanding_after`).
+    let mut moved_reported = false;
     loop {
         let mut chunk = match plan(shard, &staged, (start, done), &dispatched, last) {
+            Ok(chunk) if chunk.is_last && moved_reported => {
+                let mut chunk = chunk;
+                restored(state, &mut chunk.commit.reported);
+                chunk
+            }
             Ok(chunk) => chunk,
             Err(too_large) => {
                 // Alone it breaks a limit: it can never commit.
@@ -103,6 +114,7 @@ pub(crate) async fn commit<H: Handler>(
                 continue;
             }
         };
+        let sets_reported = matches!(chunk.commit.reported, ReportedChange::Set(_));
         let reason = match send(runner, shard, chunk.transaction(shard, start, revision)).await {
             Ok(Transacted::Committed) if chunk.is_last => {
                 let Dispatched {
@@ -115,6 +127,7 @@ pub(crate) async fn commit<H: Handler>(
             Ok(Transacted::Committed) => {
                 checkpointed = chunk.progress;
                 start = chunk.end;
+                moved_reported |= sets_reported;
                 continue;
             }
             Ok(Transacted::Refused { action, reason }) => {
@@ -252,6 +265,7 @@ fn plan(
         let commit = Commit {
             checkpoint: Some(position.clone()),
             below,
+            reported: outstanding_after(shard, &position, shard.pending[end].position()),
             ..Commit::default()
         };
         (Some(position), commit)
@@ -272,6 +286,31 @@ fn plan(
         writes,
         owners,
     })
+}
+
+/// What a chunk before the last (moving the checkpoint to `checkpoint`, the record `next`
+/// after it still to commit) leaves in the row's `reported`: the lowest record above the
+/// checkpoint not known done. The next chunk may fail, or the invocation die, and the records
+/// from `next` on run again only if a later batch can still prove them skipped: a batch the
+/// claim marked (`reported` at its first record) whose gap records commit in part leaves
+/// records between the checkpoint and that mark that the next delivery of the batch, starting
+/// at the mark, would read as delivered.
+fn outstanding_after(shard: &Shard<'_>, checkpoint: &Position, next: Position) -> ReportedChange {
+    match shard.state.reported.as_ref() {
+        Some(reported) if reported > checkpoint && *reported <= next => ReportedChange::Keep,
+        _ => ReportedChange::Set(next),
+    }
+}
+
+/// The last write's `reported` once a chunk before it moved the row's: where the last write
+/// keeps it, it is the row's as the claim read it again.
+fn restored(state: &LeaseState, reported: &mut ReportedChange) {
+    if *reported == ReportedChange::Keep {
+        *reported = state
+            .reported
+            .clone()
+            .map_or(ReportedChange::Clear, ReportedChange::Set);
+    }
 }
 
 /// Sends one write of the commit.

@@ -11,14 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
-use kinesis_checkpoint::store::{LeaseError, LeaseStore};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError, LeaseStore};
 use kinesis_checkpoint::{BoxFuture, LeaseKey};
 
 /// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
 pub type Faulty<S> = Layered<S, Faults<S>>;
 
 /// Wraps `inner`, whose own lease methods steal the lease when a fault says so.
-pub fn faulty<S: LeaseStore>(inner: Arc<S>) -> Faulty<S> {
+pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
     Layered::new(
         inner.clone(),
         Faults {
@@ -26,6 +26,10 @@ pub fn faulty<S: LeaseStore>(inner: Arc<S>) -> Faulty<S> {
             claim_fails: AtomicBool::new(false),
             steal_on_renew: AtomicBool::new(false),
             steal_before_checkpoint: AtomicBool::new(false),
+            transact_fails: AtomicBool::new(false),
+            lose_transact_answer: AtomicBool::new(false),
+            resend_transact_after_lost_answer: AtomicBool::new(false),
+            steal_before_transact: AtomicBool::new(false),
         },
     )
 }
@@ -40,6 +44,15 @@ pub struct Faults<S> {
     pub steal_on_renew: AtomicBool,
     /// The final write finds the lease taken by `thief`.
     pub steal_before_checkpoint: AtomicBool,
+    /// Transactions are refused as a throttled store's would be, before reaching it.
+    pub transact_fails: AtomicBool,
+    /// The next transaction lands, but its answer is lost: the caller sees an error.
+    pub lose_transact_answer: AtomicBool,
+    /// The next transaction lands, its answer is lost, and the SDK sends it again with its
+    /// request token: the caller gets the answer to the resend (see [`resend`]).
+    pub resend_transact_after_lost_answer: AtomicBool,
+    /// The next transaction finds the lease taken by `thief`.
+    pub steal_before_transact: AtomicBool,
 }
 
 impl<S: LeaseStore> Faults<S> {
@@ -55,28 +68,81 @@ impl<S: LeaseStore> Faults<S> {
     }
 }
 
-impl<S: LeaseStore> Layer for Faults<S> {
+impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
     fn around<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        let throttled = || {
+            Box::pin(async {
+                Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into())
+            }) as BoxFuture<'a, Result<T, LeaseError>>
+        };
+        let (mut lose, mut resend) = (false, false);
         let steal = match call.operation() {
             Operation::AcquireAndRead if self.claim_fails.load(Ordering::SeqCst) => {
-                return Box::pin(async {
-                    Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into())
-                });
+                return throttled();
+            }
+            Operation::Transact if self.transact_fails.load(Ordering::SeqCst) => {
+                return throttled();
             }
             Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
             Operation::Commit => self.steal_before_checkpoint.swap(false, Ordering::SeqCst),
+            Operation::Transact => {
+                lose = self.lose_transact_answer.swap(false, Ordering::SeqCst);
+                resend = self
+                    .resend_transact_after_lost_answer
+                    .swap(false, Ordering::SeqCst);
+                self.steal_before_transact.swap(false, Ordering::SeqCst)
+            }
             _ => false,
         };
         Box::pin(async move {
             if steal && let (Some(key), Some(owner)) = (call.key(), call.owner()) {
                 self.steal(key, owner).await;
             }
-            next.run(call).await
+            let answer = next.run(call).await;
+            if resend {
+                return resend_after_lost_answer(self.store.as_ref(), &call, answer).await;
+            }
+            if lose && answer.is_ok() {
+                return Err(
+                    "the connection was reset after the request was sent (injected)".into(),
+                );
+            }
+            answer
         })
+    }
+}
+
+/// `call`, a transaction that landed with `answer`, sent again with its request token, as
+/// the SDK retries a request whose answer was lost: the resend must answer as the first did
+/// (a store that applied it again, or refused it, broke the token's promise: an error saying
+/// so reaches the caller).
+async fn resend_after_lost_answer<S: CheckpointStore, T: fmt::Debug>(
+    store: &S,
+    call: &Call<'_>,
+    answer: Result<T, LeaseError>,
+) -> Result<T, LeaseError> {
+    let first = match &answer {
+        Ok(first) => format!("{first:?}"),
+        Err(_) => return answer,
+    };
+    let (Some(key), Some(owner), Some(transaction)) =
+        (call.key(), call.owner(), call.transaction())
+    else {
+        return answer;
+    };
+    let again = store.transact(key, owner, transaction).await?;
+    if format!("{again:?}") == first {
+        answer
+    } else {
+        Err(format!(
+            "the resend of transaction {} with its token answered {again:?}, the first {first}",
+            transaction.token
+        )
+        .into())
     }
 }
 
@@ -118,7 +184,7 @@ pub struct Chaos<S> {
     spared: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
-impl<S: LeaseStore> Chaos<S> {
+impl<S: LeaseStore + CheckpointStore> Chaos<S> {
     /// The chaos layer for `inner`, drawing from `seed`; wrap with [`Chaos::around_store`].
     pub fn new(inner: Arc<S>, levels: ChaosLevels, seed: u64) -> Self {
         Self {
@@ -236,12 +302,26 @@ impl<S: LeaseStore> Chaos<S> {
                 key(),
                 call.position()?
             ),
+            Operation::Transact => {
+                let transaction = call.transaction()?;
+                format!(
+                    "store: {owner} transacts {} writes with {} {:?}{}: {answer:?}",
+                    transaction.writes.len(),
+                    key(),
+                    transaction.commit,
+                    if transaction.release {
+                        " and releases"
+                    } else {
+                        ""
+                    }
+                )
+            }
             _ => return None,
         })
     }
 }
 
-impl<S: LeaseStore> Layer for Chaos<S> {
+impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
     fn around<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
@@ -279,12 +359,37 @@ impl<S: LeaseStore> Layer for Chaos<S> {
                 }
                 _ => self.before().await?,
             }
-            if matches!(operation, Operation::Renew | Operation::Commit)
-                && let (Some(key), Some(owner)) = (call.key(), call.owner())
+            if matches!(
+                operation,
+                Operation::Renew | Operation::Commit | Operation::Transact
+            ) && let (Some(key), Some(owner)) = (call.key(), call.owner())
             {
                 self.maybe_steal(key, owner).await;
             }
             let mut answer = next.run(call).await;
+            if operation == Operation::Transact
+                && answer.is_ok()
+                && self.roll(self.levels.lost_answer, 1)
+            {
+                // The answer is lost: half the time the SDK sends the transaction again with
+                // its request token (which must apply it once), half the time it gives up.
+                let resend = self.rng.lock().unwrap().chance(0.5);
+                self.note(|| {
+                    format!(
+                        "store: the answer below is lost (injected){}",
+                        if resend {
+                            "; the SDK resends it with its token"
+                        } else {
+                            ""
+                        }
+                    )
+                });
+                answer = if resend {
+                    resend_after_lost_answer(self.store.as_ref(), &call, answer).await
+                } else {
+                    Err("the connection was reset after the request was sent (injected)".into())
+                };
+            }
             if matches!(
                 operation,
                 Operation::Checkpoint
