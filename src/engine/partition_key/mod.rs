@@ -87,9 +87,12 @@ use crate::store::LeaseState;
 
 mod commits;
 mod gaps;
+mod last_write;
 mod rows;
+#[cfg(feature = "dynamodb")]
+mod transact;
 
-use commits::{key_commits, write};
+use commits::Batch;
 use gaps::Found;
 use rows::{RowsUnread, read_keys};
 
@@ -211,12 +214,14 @@ pub(crate) async fn run_shard<H: Handler>(
         max_in_flight: settings.max_in_flight,
         max_done_above: usize::MAX,
     };
+    #[cfg(feature = "dynamodb")]
+    let staged = super::attempt::Staged::default();
     let runner = Runner {
         settings,
         invocation,
         lease: &lease,
         #[cfg(feature = "dynamodb")]
-        staged: None,
+        staged: Some(&staged),
     };
     // A range read in part runs alone: the batch comes again once the rest is read.
     let runnable = if unread.is_some() {
@@ -229,32 +234,34 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
     // batch's first while anything the lane skipped is not done.
-    let lowest = run.lowest_not_done();
-    let pending = if lowest < recovered {
-        Some(entries[lowest].position())
-    } else {
-        unread.clone()
+    // (For the run's states as they end: a record failing at the commit lowers it.)
+    let marks = |run: &keyed::Run| {
+        let lowest = run.lowest_not_done();
+        let pending = if lowest < recovered {
+            Some(entries[lowest].position())
+        } else {
+            unread.clone()
+        };
+        let reported_at = if pending.is_none() {
+            entries.get(lowest).map(Entry::position)
+        } else {
+            entries.get(recovered).map(Entry::position)
+        };
+        gaps::marks(
+            &keys,
+            &entries[recovered..],
+            pending.as_ref(),
+            reported_at.as_ref(),
+        )
     };
-    let reported_at = if pending.is_none() {
-        entries.get(lowest).map(Entry::position)
-    } else {
-        entries.get(recovered).map(Entry::position)
+    let batch = Batch {
+        key: &key,
+        entries: &entries,
+        keys: &keys,
+        ttl: settings.key_ttl,
+        now: invocation.now(),
     };
-    let marks = gaps::marks(
-        &keys,
-        &entries[recovered..],
-        pending.as_ref(),
-        reported_at.as_ref(),
-    );
-    let commits = key_commits(
-        &entries,
-        &run,
-        &keys,
-        &marks,
-        settings.key_ttl,
-        invocation.now(),
-    );
-    let refused = write(settings.store.as_ref(), &commits).await;
+    let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
     if !refused.is_empty() {
         // Those keys' records run again when redelivered: mark them so, and report from the
         // first of them if it is lower than the first record not done.
