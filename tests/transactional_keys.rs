@@ -336,7 +336,7 @@ async fn a_rows_transaction_sent_again_with_its_token_applies_once_in_the_memory
     assert_eq!(store.transactions(), 1);
     // Another token with the counter read before: fenced, nothing lands.
     let mut stale = transaction.clone();
-    stale.token = "kc-2".to_owned();
+    "kc-2".clone_into(&mut stale.token);
     assert_eq!(
         store.transact_rows(&stale).await.unwrap(),
         RowsTransacted::Fenced(vec![0])
