@@ -52,7 +52,8 @@ impl<E: Into<HandlerError>> From<Result<Writes, E>> for Effect {
 /// Processes one record by saying what to write, instead of writing it.
 ///
 /// The writes are committed with the checkpoint past the record, in one `TransactWriteItems`
-/// on condition of the lease, so a record's effect lands exactly once however often the record
+/// on condition of the lease (in the partition-key mode, of the key's row), so a record's
+/// effect lands exactly once however often the record
 /// is delivered or its invocation dies. The handler must not write to `DynamoDB` itself (what
 /// it writes alone is only effectively once), and should read what its writes depend on with
 /// a condition on them instead of trusting a read: the records before it in the batch have
@@ -97,7 +98,8 @@ where
 }
 
 /// A [`TransactionalHandler`] as the processor runs it: built only by
-/// [`Processor::transactional`], whose engine takes the writes it stages.
+/// [`Processor::transactional`] and [`Processor::transactional_by_partition_key`], whose
+/// engine takes the writes it stages.
 ///
 /// As a plain [`Handler`] (reached through a wrapper of the caller's own, outside the
 /// processor that built it) it cannot hand its writes on, so every record fails with

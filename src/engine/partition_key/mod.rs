@@ -22,7 +22,8 @@
 //!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
 //!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
 //!    is not written: its records are reported and come again, and its checkpoint skips what
-//!    the other delivery did.
+//!    the other delivery did. With a transactional handler the rows go in the transactions
+//!    that commit their records' writes (see `transact`), on the same conditions.
 //! 6. Reports the lowest record not done: Lambda redelivers from it, and every record above it
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
