@@ -251,3 +251,24 @@ async fn in_the_key_mode_a_transactional_handler_applies_nothing_twice_where_a_p
         "the plain handler does, under the same deaths"
     );
 }
+
+#[tokio::test]
+async fn the_death_test_s_batch_takes_three_transactions_over_seven_keys() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::transactional_by_partition_key(store.clone(), |record: Record| {
+        std::future::ready(Effect::Commit(Writes::from(count_up(n_of(&record)))))
+    });
+    let response = processor
+        .process(
+            batch(STREAM, SHARD, 0..RECORDS),
+            &common::context("a", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        store.transactions(),
+        3,
+        "93 + 93 + 64 writes beside 7 rows each"
+    );
+}

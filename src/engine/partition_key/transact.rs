@@ -15,9 +15,10 @@
 //! each and their bytes. Keys without writes ride in the last chunk while it has room; the rest
 //! go out as the plain mode's [`write`](super::commits::write).
 //!
-//! Each transaction carries a `ClientRequestToken` made from the shard, every row with the
-//! counter it expects, and the range of records, so a retry after a lost answer (the SDK's, or
-//! the one retry here) applies once.
+//! Each transaction carries a `ClientRequestToken` made from the invocation, the shard, every
+//! row with the counter it expects, and the range of records, so a retry after a lost answer
+//! (the SDK's, or the one retry here) applies once; another delivery's transaction is fenced by
+//! the rows' counters instead, which the one that landed moved.
 //!
 //! A write refused by its own condition cancels its transaction (nothing of it lands). Its
 //! record is that failure, for its key only: counted and, as its
@@ -103,7 +104,7 @@ pub(super) async fn commit<H: Handler>(
                 continue;
             }
         };
-        let transaction = chunk.transaction(batch, revision);
+        let transaction = chunk.transaction(batch, &runner.invocation.owner, revision);
         let mut answer = store.transact_rows(&transaction).await;
         if let Err(error) = &answer {
             // The same token: should the first have landed with its answer lost, this one
@@ -244,11 +245,14 @@ struct Chunk {
 }
 
 impl Chunk {
-    /// The transaction, with a token of the shard, the rows and their counters, the range and
-    /// `revision` (a range planned again after a refusal must not share a token).
-    fn transaction(&self, batch: &Batch<'_>, revision: u32) -> RowsTransaction {
+    /// The transaction, with a token of the invocation (`owner`), the shard, the rows and
+    /// their counters, the range and `revision` (a range planned again after a refusal must
+    /// not share a token). Another delivery never shares it: a transaction that landed moved
+    /// its rows' counters, which fence any other, and one that did not must not be answered
+    /// for by its token.
+    fn transaction(&self, batch: &Batch<'_>, owner: &str, revision: u32) -> RowsTransaction {
         let rows: Vec<KeyCommit> = self.rows.iter().map(|(_, commit)| commit.clone()).collect();
-        let mut named = batch.key.to_string();
+        let mut named = format!("{owner}\u{0}{}", batch.key);
         for commit in &rows {
             named.push('\u{0}');
             named.push_str(&commit.row.to_string());
