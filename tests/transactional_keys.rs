@@ -3,6 +3,8 @@
 //! `DynamoDB` through the real SDK.
 
 mod common;
+#[path = "common/kpl.rs"]
+mod kpl_encoder;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -563,4 +565,149 @@ async fn in_the_key_mode_a_steady_state_batch_of_a_hundred_records_over_ten_keys
     );
     assert_eq!(transactions, 2);
     assert_eq!(requests.len(), 3);
+}
+
+/// Record 0 plain, record 1 a KPL aggregate of 150 sub-records, record 2 plain, all under
+/// `key-a` (the key Kinesis routed by, which the partition-key mode keys on); payloads
+/// `{"n": n}`, the sub-records' from 1000.
+fn with_an_aggregate() -> aws_lambda_events::event::kinesis::KinesisEvent {
+    use base64::Engine as _;
+    let datas: Vec<Vec<u8>> = (0..150)
+        .map(|i| {
+            serde_json::json!({ "n": 1000 + i })
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    let subs: Vec<(&str, &[u8])> = datas
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            (
+                if i % 2 == 0 { "sub-even" } else { "sub-odd" },
+                d.as_slice(),
+            )
+        })
+        .collect();
+    let aggregate = kpl_encoder::aggregate(&subs);
+    let mut records = Vec::new();
+    for n in 0..3 {
+        let mut record = lambda_record(STREAM, SHARD, n, "key-a", &serde_json::json!({ "n": n }));
+        if n == 1 {
+            record["kinesis"]["data"] = base64::engine::general_purpose::STANDARD
+                .encode(&aggregate)
+                .into();
+        }
+        records.push(record);
+    }
+    event(&records)
+}
+
+/// A layer that fails the partition-key transactions `fail` (counting from 0).
+struct FailTransactions {
+    fail: std::ops::Range<usize>,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl Layer for FailTransactions {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, LeaseError>> {
+        use std::sync::atomic::Ordering;
+        if call.operation() == Operation::TransactRows
+            && self
+                .fail
+                .contains(&self.seen.fetch_add(1, Ordering::SeqCst))
+        {
+            return Box::pin(async { Err("throttled (injected)".into()) });
+        }
+        next.run(call)
+    }
+}
+
+#[tokio::test]
+async fn in_the_key_mode_kpl_sub_records_commit_in_chunks_that_end_inside_the_aggregate() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    // The second transaction fails, and its retry: the first one's row lies inside the aggregate.
+    let store = Arc::new(Layered::new(
+        Arc::clone(&memory) as Arc<dyn CheckpointStore>,
+        FailTransactions {
+            fail: 1..3,
+            seen: std::sync::atomic::AtomicUsize::new(0),
+        },
+    ));
+    let processor = Processor::transactional_by_partition_key(store, |record: Record| {
+        let n = n_of(&record);
+        std::future::ready(Effect::Commit(Writes::from(count_up(
+            "items",
+            &format!("item-{n}"),
+        ))))
+    });
+    let first = processor
+        .process_batch(with_an_aggregate(), &context("a", 60_000))
+        .await
+        .unwrap();
+    let shard = &first.shards[0];
+    let (stopped, reason) = shard
+        .stopped
+        .clone()
+        .expect("the second transaction failed");
+    assert_eq!(
+        stopped.to_string(),
+        sequence(1),
+        "the aggregate is reported"
+    );
+    assert!(
+        matches!(reason, StopReason::CheckpointFailed(_)),
+        "{reason:?}"
+    );
+    assert_eq!(
+        memory.items("items").len(),
+        99,
+        "record 0 and 98 sub-records beside the row"
+    );
+    let row = memory
+        .read(&row_key(&LeaseKey::new(STREAM, SHARD), "key-a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.aggregate_sequence.clone(), row.aggregate_sub),
+        (Some(sequence(1)), Some(97)),
+        "the key's row inside the aggregate"
+    );
+    assert_eq!(
+        shard.records[0].disposition,
+        Disposition::Processed,
+        "its row landed"
+    );
+    assert_eq!(shard.records[99].disposition, Disposition::Reported);
+
+    // Delivered again from the aggregate: the sub-records done are skipped, the rest commit.
+    let again = processor
+        .process_batch(with_an_aggregate(), &context("b", 60_000))
+        .await
+        .unwrap();
+    assert!(
+        again.shards[0].stopped.is_none(),
+        "{:?}",
+        again.shards[0].stopped
+    );
+    assert_eq!(again.shards[0].count(Disposition::Duplicate), 99);
+    let items = memory.items("items");
+    assert_eq!(items.len(), 152);
+    for item in &items {
+        assert_eq!(item["count"], AttributeValue::N("1".to_owned()), "{item:?}");
+    }
+    assert_eq!(
+        key_checkpoint(memory.as_ref(), 0).await,
+        None,
+        "no key-0 here"
+    );
+    let row = memory
+        .read(&row_key(&LeaseKey::new(STREAM, SHARD), "key-a"))
+        .await
+        .unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(2)));
 }

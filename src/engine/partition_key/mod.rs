@@ -263,7 +263,8 @@ pub(crate) async fn run_shard<H: Handler>(
         now: invocation.now(),
     };
     let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
-    if !refused.is_empty() {
+    // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
+    if !refused.is_empty() && !settings.transactional {
         // Those keys' records run again when redelivered: mark them so, and report from the
         // first of them if it is lower than the first record not done.
         for (index, state) in run.states.iter_mut().enumerate() {

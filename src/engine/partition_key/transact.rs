@@ -72,6 +72,8 @@ pub(super) async fn commit<H: Handler>(
     let mut bumps: HashMap<String, u64> = HashMap::new();
     // Keys whose last row landed, or that were given up on (fenced, the store failing).
     let mut settled: HashSet<String> = HashSet::new();
+    // Per key, the entry before which its records are committed (its row landed there).
+    let mut landed: HashMap<String, usize> = HashMap::new();
     let mut refused: Vec<(String, StopReason)> = Vec::new();
     // The records before `from` have their writes committed.
     let mut from = 0;
@@ -90,6 +92,7 @@ pub(super) async fn commit<H: Handler>(
             let mut rest: Vec<(String, KeyCommit)> = finals.into_iter().collect();
             rest.sort_by(|a, b| a.0.cmp(&b.0));
             refused.extend(write(store, &rest).await);
+            uncheckpointed(batch, run, &refused, &landed);
             return refused;
         }
         let chunk = match plan(batch, &run.states, &staged, &written, &finals, &bumps) {
@@ -114,8 +117,9 @@ pub(super) async fn commit<H: Handler>(
         }
         match answer {
             Ok(RowsTransacted::Committed) => {
-                for (partition_key, _) in &chunk.rows {
+                for ((partition_key, _), cut) in chunk.rows.iter().zip(&chunk.cuts) {
                     *bumps.entry(partition_key.clone()).or_default() += 1;
+                    landed.insert(partition_key.clone(), *cut);
                 }
                 settled.extend(chunk.finals);
                 from = chunk.end;
@@ -132,6 +136,7 @@ pub(super) async fn commit<H: Handler>(
                     settled.insert(partition_key.clone());
                     refused.push((partition_key.clone(), StopReason::CheckpointFenced));
                 }
+                // Nothing more of those keys lands: their records past what did run again.
                 revision += 1;
             }
             Ok(RowsTransacted::Refused { action, reason }) => {
@@ -149,6 +154,7 @@ pub(super) async fn commit<H: Handler>(
                     .collect();
                 left.sort();
                 refused.extend(left.into_iter().map(|k| (k, reason.clone())));
+                uncheckpointed(batch, run, &refused, &landed);
                 return refused;
             }
         }
@@ -185,6 +191,31 @@ fn refusal(
         StopReason::Retry(refused.to_string())
     };
     (reason, rejected)
+}
+
+/// The records of the `refused` keys whose effect happened here but whose row did not land
+/// past them (before `landed`'s entry for their key, it did): not checkpointed, they run again.
+fn uncheckpointed(
+    batch: &Batch<'_>,
+    run: &mut keyed::Run,
+    refused: &[(String, StopReason)],
+    landed: &HashMap<String, usize>,
+) {
+    for (index, state) in run.states.iter_mut().enumerate() {
+        let Some(partition_key) = batch.entries[index].routing_key() else {
+            continue;
+        };
+        let from = landed.get(partition_key).copied().unwrap_or(0);
+        let refused_key = refused.iter().any(|(k, _)| k == partition_key);
+        // A dead letter whose row was not written is sent again on redelivery: it is not
+        // checkpointed either.
+        if refused_key
+            && index >= from
+            && matches!(state, State::Done(d, _) if d.runs_again_unrecorded())
+        {
+            *state = State::Done(Disposition::Uncheckpointed, false);
+        }
+    }
 }
 
 /// `commit`, expecting the counter its row has after this invocation's transactions of it.
@@ -235,6 +266,8 @@ struct Chunk {
     end: usize,
     /// Each key's row, in the order sent.
     rows: Vec<(String, KeyCommit)>,
+    /// For each row, the entry before which its key's records are committed once it lands.
+    cuts: Vec<usize>,
     /// The keys whose row here is their last.
     finals: Vec<String>,
     writes: Vec<Write>,
@@ -268,6 +301,10 @@ impl Chunk {
 
 /// The next chunk of the `written` records (at least one): `Err` when the first alone, with its
 /// key's row, breaks a limit.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one chunk's records, its rows and the rows riding along, planned together"
+)]
 fn plan(
     batch: &Batch<'_>,
     states: &[State],
@@ -321,6 +358,7 @@ fn plan(
     }
     let (inside, after) = written.split_at(taken);
     let mut rows = Vec::with_capacity(keys.len());
+    let mut cuts = Vec::with_capacity(keys.len());
     let mut finals_here = Vec::new();
     for partition_key in &keys {
         // The key's next record with writes in a later chunk: its row stops before it.
@@ -342,6 +380,7 @@ fn plan(
         if next.is_none() {
             finals_here.push((*partition_key).to_owned());
         }
+        cuts.push(next.unwrap_or(batch.entries.len()));
         rows.push(((*partition_key).to_owned(), commit));
     }
     let end = inside[taken - 1] + 1;
@@ -359,6 +398,7 @@ fn plan(
             actions += 1;
             bytes += ROW_ACTION_BYTES;
             finals_here.push(partition_key.clone());
+            cuts.push(batch.entries.len());
             rows.push((partition_key.clone(), commit.clone()));
         }
     }
@@ -372,6 +412,7 @@ fn plan(
     Ok(Chunk {
         end,
         rows,
+        cuts,
         finals: finals_here,
         writes,
         owners,
