@@ -12,13 +12,12 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+mod lambda;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use bytes::Bytes;
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
-use serde_json::Value;
 
 use crate::key::LeaseKey;
 use crate::record::Record;
@@ -143,10 +142,12 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 /// `aws_lambda_events` reads `approximateArrivalTimestamp` through the decimal text of a float:
 /// `.5` becomes 5 ms, six decimals (as emulators write) fail the whole event with "invalid
 /// timestamp", and fourteen or more overflow a multiplication (a panic in a debug build). This
-/// type reads each timestamp itself, to the microsecond, and lets `aws_lambda_events` read the
-/// rest; an error names the field (`Records[3].kinesis.data: …`), as the runtime's own does.
-/// The event, its records and their `kinesis` must be JSON objects, as Lambda writes them:
-/// `aws_lambda_events` would also take an array's items as the fields in order.
+/// type reads each timestamp itself, to the microsecond, and every other field as
+/// `aws_lambda_events` does (the same types, defaults and errors), in one pass over the bytes:
+/// no intermediate `serde_json::Value`. An error names the field (`Records[3].kinesis.data: …`)
+/// when read through `serde_path_to_error`, as the runtime does. The event, its records and
+/// their `kinesis` must be JSON objects, as Lambda writes them: `aws_lambda_events` would also
+/// take an array's items as the fields in order.
 ///
 /// # Examples
 ///
@@ -165,108 +166,6 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LambdaKinesisEvent(pub KinesisEvent);
-
-impl<'de> Deserialize<'de> for LambdaKinesisEvent {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut json = Value::deserialize(deserializer)?;
-        let arrivals = match take_arrivals(&mut json) {
-            Ok(arrivals) => arrivals,
-            Err(Misshapen { record, error }) => {
-                // An error in an earlier record comes first, as in the runtime's own reading.
-                let earlier = match json.get_mut("Records").and_then(Value::as_array_mut) {
-                    Some(records) => {
-                        records.truncate(record);
-                        serde_path_to_error::deserialize::<_, KinesisEvent>(json).err()
-                    }
-                    None => None,
-                };
-                return Err(D::Error::custom(
-                    earlier.map_or(error, |earlier| earlier.to_string()),
-                ));
-            }
-        };
-        let mut event: KinesisEvent =
-            serde_path_to_error::deserialize(json).map_err(D::Error::custom)?;
-        for (record, arrival) in event.records.iter_mut().zip(arrivals) {
-            if let Some(arrival) = arrival {
-                record.kinesis.approximate_arrival_timestamp.0 = arrival.into();
-            }
-        }
-        Ok(Self(event))
-    }
-}
-
-/// A part of the event that is not the JSON object Lambda writes there.
-struct Misshapen {
-    /// The index of the record it is in (0 for the event itself).
-    record: usize,
-    error: String,
-}
-
-/// Reads each record's arrival time out of `json` and leaves its whole seconds in its place,
-/// which `aws_lambda_events` reads safely. Lambda writes the event, its records and their
-/// `kinesis` as objects; any other shape is refused here, since `aws_lambda_events` would read
-/// an array's items as the fields in order, an unread timestamp among them.
-fn take_arrivals(json: &mut Value) -> Result<Vec<Option<SystemTime>>, Misshapen> {
-    let misshapen = |record, error: String| Misshapen { record, error };
-    let Some(event) = json.as_object_mut() else {
-        return Err(misshapen(0, "the event is not a JSON object".to_owned()));
-    };
-    let Some(records) = event.get_mut("Records").and_then(Value::as_array_mut) else {
-        return Ok(Vec::new());
-    };
-    let mut arrivals = Vec::with_capacity(records.len());
-    for (index, record) in records.iter_mut().enumerate() {
-        let Some(record) = record.as_object_mut() else {
-            let error = format!("Records[{index}]: a record is not a JSON object");
-            return Err(misshapen(index, error));
-        };
-        let mut kinesis = match record.get_mut("kinesis") {
-            None => None,
-            Some(Value::Object(kinesis)) => Some(kinesis),
-            Some(_) => {
-                let error = format!("Records[{index}].kinesis: not a JSON object");
-                return Err(misshapen(index, error));
-            }
-        };
-        // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its `String`
-        // but reads a missing one as ""): see `Record::partition_key`.
-        if let Some(kinesis) = kinesis.as_mut()
-            && kinesis.get("partitionKey").is_some_and(Value::is_null)
-        {
-            kinesis.remove("partitionKey");
-        }
-        let timestamp = kinesis.and_then(|kinesis| kinesis.get_mut("approximateArrivalTimestamp"));
-        arrivals.push(timestamp.and_then(|timestamp| {
-            let micros = arrival_micros(timestamp)?;
-            *timestamp = Value::from(micros / 1_000_000);
-            Some(UNIX_EPOCH + Duration::from_micros(micros))
-        }));
-    }
-    Ok(arrivals)
-}
-
-/// Microseconds since the epoch of a timestamp in float seconds (a number, or a string holding
-/// one); `None` for anything else, negative, or past 2^53 microseconds (year 2255), which is
-/// left to `aws_lambda_events` to refuse.
-fn arrival_micros(timestamp: &Value) -> Option<u64> {
-    /// Below this, `seconds * 1e6` is an integer an `f64` holds exactly.
-    const LIMIT: f64 = 9_007_199_254.0;
-    let seconds = match timestamp {
-        Value::Number(number) => number.as_f64()?,
-        Value::String(text) => text.trim().parse().ok()?,
-        _ => return None,
-    };
-    if !(0.0..LIMIT).contains(&seconds) {
-        return None;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "finite, non-negative and below 2^53: the conversion is exact"
-    )]
-    Some((seconds * 1e6).round() as u64)
-}
 
 /// One record of the event after parsing: a record to process, or what is known of one that
 /// cannot be.

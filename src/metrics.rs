@@ -176,14 +176,14 @@ pub struct InvocationMetrics {
     pub checkpoint_latency: Vec<Duration>,
 }
 
-/// How many of `records` were processed or dead-lettered here.
-fn done(records: &[RecordReport]) -> u64 {
+/// How many of `dispositions` were processed or dead-lettered here.
+fn done(dispositions: impl IntoIterator<Item = Disposition>) -> u64 {
     count(
-        records
-            .iter()
-            .filter(|record| {
+        dispositions
+            .into_iter()
+            .filter(|disposition| {
                 matches!(
-                    record.disposition,
+                    disposition,
                     Disposition::Processed | Disposition::DeadLettered
                 )
             })
@@ -191,10 +191,18 @@ fn done(records: &[RecordReport]) -> u64 {
     )
 }
 
+/// How many of a gap's recovered records were done here.
+fn recovered_done(records: &[RecordReport]) -> u64 {
+    done(records.iter().map(|record| record.disposition))
+}
+
 /// How many records of a parent's tail (its own gap and parents included) were done here.
 fn tail_done(parent: &ShardReport) -> u64 {
-    done(&parent.records)
-        + parent.gap.as_ref().map_or(0, |gap| done(&gap.recovered))
+    count(parent.count(Disposition::Processed) + parent.count(Disposition::DeadLettered))
+        + parent
+            .gap
+            .as_ref()
+            .map_or(0, |gap| recovered_done(&gap.recovered))
         + parent.parents.iter().map(tail_done).sum::<u64>()
 }
 
@@ -223,7 +231,7 @@ impl InvocationMetrics {
             // A closed parent's tail run by this invocation was read from the stream too.
             metrics.recovered += shard.parents.iter().map(tail_done).sum::<u64>();
             if let Some(gap) = &shard.gap {
-                metrics.recovered += done(&gap.recovered);
+                metrics.recovered += recovered_done(&gap.recovered);
                 if gap.outcome == GapOutcome::NoReader {
                     metrics.gaps += 1;
                 }

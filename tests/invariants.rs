@@ -507,7 +507,7 @@ impl Function for Harness {
                             // Records the mapping skipped and this invocation recovered count too,
                             // and so do the tails of closed parents it ran, each its own shard.
                             journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
-                            let recovered = shard.gap.iter().flat_map(|gap| &gap.recovered);
+                            let recovered = shard.gap.iter().flat_map(|gap| gap.recovered.iter().cloned());
                             for record in recovered.chain(&shard.records) {
                                 let position = record.position.to_string();
                                 let unrecorded = stopped_inside

@@ -186,8 +186,14 @@ async fn a_rejected_record_is_dead_lettered_with_nothing_written_and_the_rest_co
         .unwrap();
     let shard = &report.shards[0];
     assert!(shard.stopped.is_none());
-    assert_eq!(shard.records[3].disposition, Disposition::DeadLettered);
-    assert_eq!(shard.records[4].disposition, Disposition::Processed);
+    assert_eq!(
+        shard.records.disposition(3).expect("a record at 3"),
+        Disposition::DeadLettered
+    );
+    assert_eq!(
+        shard.records.disposition(4).expect("a record at 4"),
+        Disposition::Processed
+    );
     let letters = letters.letters();
     assert_eq!(letters.len(), 1);
     assert!(letters[0].error.contains("order-1"), "{}", letters[0].error);
@@ -272,7 +278,10 @@ async fn a_record_that_asks_for_more_than_a_transaction_holds_is_rejected_not_sp
         .await
         .unwrap();
     assert_eq!(
-        report.shards[0].records[1].disposition,
+        report.shards[0]
+            .records
+            .disposition(1)
+            .expect("a record at 1"),
         Disposition::DeadLettered
     );
     assert!(letters.letters()[0].error.contains("100 actions"));
@@ -701,7 +710,7 @@ async fn under_per_key_concurrency_a_record_done_above_a_failure_with_writes_run
         store.snapshot()[&key()].done_above.is_empty(),
         "records with writes are not remembered"
     );
-    for record in &shard.records[3..] {
+    for record in shard.records.iter().skip(3) {
         assert_eq!(record.disposition, Disposition::Uncheckpointed);
     }
     let again = processor

@@ -9,7 +9,7 @@
 use crate::event::{MalformedRecord, Parsed};
 use crate::key::LeaseKey;
 use crate::record::Record;
-use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::report::{Disposition, PositionSource, RecordReport, ShardReport, StopReason};
 use crate::sequence::{Position, SequenceNumber, cmp_record};
 
 /// One item of a shard's batch: a record, or a malformed one that stops the shard where it
@@ -268,6 +268,16 @@ impl ShardBatch {
         self.entries
             .iter()
             .any(|entry| matches!(entry, Entry::Malformed(..) | Entry::AfterMalformed(_)))
+    }
+}
+
+/// A shard's entries once dispatch is done, kept by its report: the positions the report names
+/// are read from them on demand.
+pub(crate) struct Settled(pub(crate) Vec<Entry>);
+
+impl PositionSource for Settled {
+    fn position(&self, index: usize) -> Position {
+        self.0[index].position()
     }
 }
 

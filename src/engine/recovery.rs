@@ -17,7 +17,7 @@ use crate::gap::{
 use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
 use crate::record::Record;
-use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::report::{Disposition, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
 use crate::store::LeaseState;
 
@@ -390,24 +390,20 @@ pub(crate) fn stop_at_unread(dispatched: &mut Dispatched, runnable: usize, pendi
 /// row remembers the recovered one, and the next batch reads on from the checkpoint).
 pub(crate) fn report(
     report: &mut ShardReport,
-    mut records: Vec<RecordReport>,
+    mut records: RecordReports,
     recovered: usize,
     stopped: Option<(usize, StopReason)>,
 ) -> Option<(usize, StopReason)> {
-    let batch = records.split_off(recovered.min(records.len()));
+    let batch = records.split_off(recovered);
     if let Some(gap) = &mut report.gap {
-        gap.recovered = records;
+        gap.recovered = records.iter().collect();
     }
-    report.records.extend(batch);
+    report.records.append(batch);
     match stopped {
         Some((index, reason)) if index < recovered => {
-            if let Some(first) = report
+            report
                 .records
-                .first_mut()
-                .filter(|first| first.disposition == Disposition::NotAttempted)
-            {
-                first.disposition = Disposition::Reported;
-            }
+                .replace_first(Disposition::NotAttempted, Disposition::Reported);
             Some((recovered, reason))
         }
         other => other,

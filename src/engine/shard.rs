@@ -5,10 +5,11 @@
 //! dedupe against the checkpoint, dispatch (in order or per key) while the lease is kept alive,
 //! and write the checkpoint, the failing record and the release in one conditional write.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::attempt::Runner;
-use super::batch::{Entry, ShardBatch, prior, settled, stop_all};
+use super::batch::{Entry, Settled, ShardBatch, prior, settled, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed;
 use super::ordered::{self, Committed, Dispatched};
@@ -18,7 +19,7 @@ use super::settings::Settings;
 use super::transactional;
 use crate::handler::Handler;
 use crate::key::LeaseKey;
-use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::report::{Disposition, PositionSource, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
 use crate::store::{Below, BoxFuture, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
 
@@ -66,7 +67,7 @@ async fn run_shard_at<H: Handler>(
     let owner = invocation.owner.as_str();
     let skew = settings.clock_skew.min(settings.lease_ttl / 3);
     let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
-    let mut report = ShardReport::empty(key.clone(), entries.len());
+    let mut report = ShardReport::empty(key.clone());
     let first = entries.first().map(Entry::position);
 
     // The stored expiry is counted from when the claim was sent, not from its answer: the
@@ -129,14 +130,7 @@ async fn run_shard_at<H: Handler>(
         .iter()
         .take_while(|entry| done_before(entry))
         .count();
-    let (duplicates, pending) = entries.split_at(skipped);
-    let mut records: Vec<RecordReport> = duplicates
-        .iter()
-        .map(|entry| RecordReport {
-            position: entry.position(),
-            disposition: Disposition::Duplicate,
-        })
-        .collect();
+    let pending = &entries[skipped..];
     if skipped > 0 {
         tracing::info!(skipped, "skipped records at or below the checkpoint");
     }
@@ -210,18 +204,15 @@ async fn run_shard_at<H: Handler>(
         commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await;
     report.checkpoint = checkpointed;
 
-    records.extend(
-        pending
-            .iter()
-            .zip(&dispositions)
-            .map(|(entry, disposition)| RecordReport {
-                position: entry.position(),
-                disposition: *disposition,
-            }),
-    );
+    // The report keeps the entries and reads their positions when asked: no report is built
+    // per record.
     let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
+    let entries = Arc::new(Settled(entries));
+    let source: Arc<dyn PositionSource> = entries.clone();
+    let dispositions = std::iter::repeat_n(Disposition::Duplicate, skipped).chain(dispositions);
+    let records = RecordReports::shared(source, 0, dispositions);
     if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
-        let sequence = entries[index].sequence().clone();
+        let sequence = entries.0[index].sequence().clone();
         tracing::info!(%sequence, %reason, "reporting the first record not done");
         report.stopped = Some((sequence, reason));
     }

@@ -83,7 +83,7 @@ use super::keyed::{self, Limits, State};
 use super::recovery;
 use super::settings::Settings;
 use crate::handler::Handler;
-use crate::report::{Disposition, RecordReport, ShardReport, StopReason};
+use crate::report::{Disposition, RecordReport, RecordReports, ShardReport, StopReason};
 use crate::store::LeaseState;
 
 mod commits;
@@ -109,7 +109,7 @@ pub(crate) async fn run_shard<H: Handler>(
     invocation: &Invocation,
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
-    let report = ShardReport::empty(key.clone(), entries.len());
+    let report = ShardReport::empty(key.clone());
     let held = match settings.gate.as_deref() {
         Some(gate) => {
             gate.check_partition_keys(settings.store.as_ref(), &key)
@@ -332,7 +332,7 @@ async fn finish<H: Handler>(
         _ => None,
     };
     let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
-    let records: Vec<RecordReport> = entries
+    let records: RecordReports = entries
         .iter()
         .zip(run.dispositions(reported))
         .map(|(entry, disposition)| RecordReport {

@@ -1,0 +1,276 @@
+//! Lambda's event read in one pass, from the bytes to [`KinesisEvent`]: the deserializer of
+//! [`LambdaKinesisEvent`].
+//!
+//! `aws_lambda_events`' own reading of a timestamp is wrong (see [`LambdaKinesisEvent`]), and
+//! the event used to be read twice to fix it: into a `serde_json::Value`, whose timestamps were
+//! rewritten, then from it into `KinesisEvent`. Here each record is read once, every field with
+//! `aws_lambda_events`' own type (so the same defaults, the same refusals and the same
+//! messages) but the timestamp, read to the microsecond.
+
+use std::fmt;
+use std::time::{Duration, UNIX_EPOCH};
+
+use aws_lambda_events::encodings::{Base64Data, SecondTimestamp};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord, KinesisRecord};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::LambdaKinesisEvent;
+
+impl<'de> Deserialize<'de> for LambdaKinesisEvent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EventVisitor).map(Self)
+    }
+}
+
+/// Reads a map key as one of `names` (its index), or `None` for a key to ignore; the key is
+/// compared where it lies in the input, never copied.
+struct Field(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Field {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_identifier(self)
+    }
+}
+
+impl Visitor<'_> for Field {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|name| *name == key))
+    }
+}
+
+/// Reads the next value of `map` into `slot`, refusing a second one as a derived struct does.
+fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    map: &mut A,
+    slot: &mut Option<T>,
+    name: &'static str,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(de::Error::duplicate_field(name));
+    }
+    *slot = Some(map.next_value()?);
+    Ok(())
+}
+
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = KinesisEvent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Lambda's Kinesis event (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KinesisEvent, A::Error> {
+        let mut records = None;
+        while let Some(field) = map.next_key_seed(Field(&["Records"]))? {
+            match field {
+                Some(_) if records.is_some() => return Err(de::Error::duplicate_field("Records")),
+                Some(_) => records = Some(map.next_value_seed(Records)?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let mut event = KinesisEvent::default();
+        event.records = records.ok_or_else(|| de::Error::missing_field("Records"))?;
+        Ok(event)
+    }
+}
+
+/// `Records`: every record read as it comes, an error in an earlier one first.
+struct Records;
+
+impl<'de> DeserializeSeed<'de> for Records {
+    type Value = Vec<KinesisEventRecord>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Records {
+    type Value = Vec<KinesisEventRecord>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut records = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(record) = seq.next_element_seed(RecordSeed)? {
+            records.push(record);
+        }
+        Ok(records)
+    }
+}
+
+/// The fields of a record, in `RECORD_FIELDS`' order.
+const RECORD_FIELDS: &[&str] = &[
+    "awsRegion",
+    "eventID",
+    "eventName",
+    "eventSource",
+    "eventSourceARN",
+    "eventVersion",
+    "invokeIdentityArn",
+    "kinesis",
+];
+
+struct RecordSeed;
+
+impl<'de> DeserializeSeed<'de> for RecordSeed {
+    type Value = KinesisEventRecord;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RecordSeed {
+    type Value = KinesisEventRecord;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a record of Lambda's Kinesis event (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        // `Option<Option<String>>`: whether the field came, and its value (`null` is `None`).
+        let mut strings: [Option<Option<String>>; 7] = Default::default();
+        let mut kinesis = None;
+        while let Some(field) = map.next_key_seed(Field(RECORD_FIELDS))? {
+            match field {
+                Some(7) if kinesis.is_some() => return Err(de::Error::duplicate_field("kinesis")),
+                Some(7) => kinesis = Some(map.next_value_seed(KinesisSeed)?),
+                Some(index) => once(&mut map, &mut strings[index], RECORD_FIELDS[index])?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let [region, id, name, source, arn, version, identity] = strings.map(Option::flatten);
+        let mut record = KinesisEventRecord::default();
+        record.aws_region = region;
+        record.event_id = id;
+        record.event_name = name;
+        record.event_source = source;
+        record.event_source_arn = arn;
+        record.event_version = version;
+        record.invoke_identity_arn = identity;
+        record.kinesis = kinesis.ok_or_else(|| de::Error::missing_field("kinesis"))?;
+        Ok(record)
+    }
+}
+
+const KINESIS_FIELDS: &[&str] = &[
+    "approximateArrivalTimestamp",
+    "data",
+    "encryptionType",
+    "partitionKey",
+    "sequenceNumber",
+    "kinesisSchemaVersion",
+];
+
+struct KinesisSeed;
+
+impl<'de> DeserializeSeed<'de> for KinesisSeed {
+    type Value = KinesisRecord;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KinesisSeed {
+    type Value = KinesisRecord;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a record's `kinesis` (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut arrival = None;
+        let mut data = None;
+        let mut encryption = None;
+        let mut partition_key: Option<Option<String>> = None;
+        let mut sequence = None;
+        let mut version: Option<Option<String>> = None;
+        while let Some(field) = map.next_key_seed(Field(KINESIS_FIELDS))? {
+            match field {
+                Some(0) if arrival.is_some() => {
+                    return Err(de::Error::duplicate_field(KINESIS_FIELDS[0]));
+                }
+                Some(0) => arrival = Some(map.next_value_seed(Arrival)?),
+                Some(1) => once::<_, Base64Data>(&mut map, &mut data, KINESIS_FIELDS[1])?,
+                Some(2) => once(&mut map, &mut encryption, KINESIS_FIELDS[2])?,
+                // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its
+                // `String` but reads a missing one as ""): see `Record::partition_key`.
+                Some(3) => once(&mut map, &mut partition_key, KINESIS_FIELDS[3])?,
+                Some(4) => once::<_, String>(&mut map, &mut sequence, KINESIS_FIELDS[4])?,
+                Some(5) => once(&mut map, &mut version, KINESIS_FIELDS[5])?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let mut kinesis = KinesisRecord::default();
+        kinesis.approximate_arrival_timestamp =
+            arrival.ok_or_else(|| de::Error::missing_field(KINESIS_FIELDS[0]))?;
+        kinesis.data = data.ok_or_else(|| de::Error::missing_field(KINESIS_FIELDS[1]))?;
+        kinesis.encryption_type = encryption.unwrap_or_default();
+        kinesis.partition_key = partition_key.flatten().unwrap_or_default();
+        kinesis.sequence_number = sequence.unwrap_or_default();
+        kinesis.kinesis_schema_version = version.flatten();
+        Ok(kinesis)
+    }
+}
+
+/// `approximateArrivalTimestamp`, to the microsecond; what this reading refuses (negative, past
+/// 2^53 microseconds, not a number) goes to `aws_lambda_events`' own, with its errors.
+struct Arrival;
+
+impl<'de> DeserializeSeed<'de> for Arrival {
+    type Value = SecondTimestamp;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        // A number or a short string: the `Value` holds no allocation but the string's.
+        let timestamp = Value::deserialize(deserializer)?;
+        match arrival_micros(&timestamp) {
+            Some(micros) => Ok(SecondTimestamp(
+                (UNIX_EPOCH + Duration::from_micros(micros)).into(),
+            )),
+            None => SecondTimestamp::deserialize(timestamp).map_err(de::Error::custom),
+        }
+    }
+}
+
+/// Microseconds since the epoch of a timestamp in float seconds (a number, or a string holding
+/// one); `None` for anything else, negative, or past 2^53 microseconds (year 2255), which is
+/// left to `aws_lambda_events` to refuse.
+fn arrival_micros(timestamp: &Value) -> Option<u64> {
+    /// Below this, `seconds * 1e6` is an integer an `f64` holds exactly.
+    const LIMIT: f64 = 9_007_199_254.0;
+    let seconds = match timestamp {
+        Value::Number(number) => number.as_f64()?,
+        Value::String(text) => text.trim().parse().ok()?,
+        _ => return None,
+    };
+    if !(0.0..LIMIT).contains(&seconds) {
+        return None;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "finite, non-negative and below 2^53: the conversion is exact"
+    )]
+    Some((seconds * 1e6).round() as u64)
+}
