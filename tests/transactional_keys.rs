@@ -172,7 +172,10 @@ async fn in_the_key_mode_a_refused_condition_stops_its_key_only_and_names_table_
     // Key 3 stops at record 10: its row stays at record 3, record 17's write is not committed.
     assert_eq!(key_checkpoint(store.as_ref(), 3).await, Some(sequence(3)));
     assert_eq!(writes_of(&store, "orders", "order-17"), 0);
-    assert_eq!(shard.records[17].disposition, Disposition::Uncheckpointed);
+    assert_eq!(
+        shard.records.disposition(17).unwrap(),
+        Disposition::Uncheckpointed
+    );
     let failing = store
         .read(&row_key(&LeaseKey::new(STREAM, SHARD), "key-3"))
         .await
@@ -205,7 +208,10 @@ async fn in_the_key_mode_a_rejected_record_is_dead_lettered_and_its_key_goes_on(
         .unwrap();
     let shard = &report.shards[0];
     assert!(shard.stopped.is_none(), "{:?}", shard.stopped);
-    assert_eq!(shard.records[10].disposition, Disposition::DeadLettered);
+    assert_eq!(
+        shard.records.disposition(10).unwrap(),
+        Disposition::DeadLettered
+    );
     let letters = letters.letters();
     assert_eq!(letters.len(), 1);
     assert!(letters[0].error.contains("order-3"), "{}", letters[0].error);
@@ -678,11 +684,14 @@ async fn in_the_key_mode_kpl_sub_records_commit_in_chunks_that_end_inside_the_ag
         "the key's row inside the aggregate"
     );
     assert_eq!(
-        shard.records[0].disposition,
+        shard.records.disposition(0).unwrap(),
         Disposition::Processed,
         "its row landed"
     );
-    assert_eq!(shard.records[99].disposition, Disposition::Reported);
+    assert_eq!(
+        shard.records.disposition(99).unwrap(),
+        Disposition::Reported
+    );
 
     // Delivered again from the aggregate: the sub-records done are skipped, the rest commit.
     let again = processor
