@@ -19,7 +19,9 @@
 //! and the condition.
 //!
 //! The handler's side is [`TransactionalHandler`](crate::processor::TransactionalHandler),
-//! run by [`Processor::transactional`](crate::Processor::transactional). This module holds
+//! run by [`Processor::transactional`](crate::Processor::transactional) (the shard mode) or
+//! [`Processor::transactional_by_partition_key`](crate::Processor::transactional_by_partition_key),
+//! where the checkpoint action is each key's row instead of the lease row. This module holds
 //! what the stores share: the writes, the limits, and the tables the memory store keeps.
 //!
 //! | file | what |

@@ -32,7 +32,7 @@ pub(crate) struct Runner<'a, H> {
     pub(crate) invocation: &'a Invocation,
     pub(crate) lease: &'a LeaseWatch,
     /// Where the writes of a transactional handler's records go until the commit, by record;
-    /// `None` where nothing commits them (the partition-key mode).
+    /// `None` where nothing commits them.
     #[cfg(feature = "dynamodb")]
     pub(crate) staged: Option<&'a Staged>,
 }

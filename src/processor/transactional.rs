@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{Processor, ShardMode};
+use super::{PartitionKeyMode, Processor, ShardMode};
 use crate::effects::{Writes, stage};
 use crate::handler::{Handler, HandlerError, Outcome};
 use crate::record::Record;
@@ -52,7 +52,8 @@ impl<E: Into<HandlerError>> From<Result<Writes, E>> for Effect {
 /// Processes one record by saying what to write, instead of writing it.
 ///
 /// The writes are committed with the checkpoint past the record, in one `TransactWriteItems`
-/// on condition of the lease, so a record's effect lands exactly once however often the record
+/// on condition of the lease (in the partition-key mode, of the key's row), so a record's
+/// effect lands exactly once however often the record
 /// is delivered or its invocation dies. The handler must not write to `DynamoDB` itself (what
 /// it writes alone is only effectively once), and should read what its writes depend on with
 /// a condition on them instead of trusting a read: the records before it in the batch have
@@ -97,7 +98,8 @@ where
 }
 
 /// A [`TransactionalHandler`] as the processor runs it: built only by
-/// [`Processor::transactional`], whose engine takes the writes it stages.
+/// [`Processor::transactional`] and [`Processor::transactional_by_partition_key`], whose
+/// engine takes the writes it stages.
 ///
 /// As a plain [`Handler`] (reached through a wrapper of the caller's own, outside the
 /// processor that built it) it cannot hand its writes on, so every record fails with
@@ -171,6 +173,69 @@ impl<T: TransactionalHandler> Processor<Transactional<T>, ShardMode> {
     /// ```
     pub fn transactional(store: Arc<dyn CheckpointStore>, handler: T) -> Self {
         let mut processor = Self::new(store, Transactional { handler });
+        processor.settings.transactional = true;
+        processor
+    }
+}
+
+/// The transactional processor's constructor in the partition-key mode.
+impl<T: TransactionalHandler> Processor<Transactional<T>, PartitionKeyMode> {
+    /// A processor in the partition-key mode ([`PartitionKeyMode`]) that runs `handler` on
+    /// each record and commits the writes it returns with the advance of the record's key's
+    /// row: the row's update, on condition of its counter (which fences a concurrent delivery
+    /// of the key), is the transaction's checkpoint action. Several keys' rows share a
+    /// `TransactWriteItems`, each row one of its 100 actions; a chunk ends before a record
+    /// whose writes touch an item already in it, and each key's row moves to the last record
+    /// of the key the chunk commits. `store` must commit transactions, as for
+    /// [`Processor::transactional`].
+    ///
+    /// A write refused by its condition fails its record, for its key only, as
+    /// [`Writes::on_condition_failed`] says: retried, the key stops there while the other
+    /// keys go on; rejected, it is dead-lettered and the key goes on. The message names the
+    /// table, the key and the condition.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use aws_sdk_dynamodb::types::{AttributeValue, Update};
+    /// use kinesis_checkpoint::effects::{Write, Writes};
+    /// use kinesis_checkpoint::{MemoryLeaseStore, Processor, Record};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryLeaseStore::new());
+    /// let processor = Processor::transactional_by_partition_key(store.clone(), |record: Record| async move {
+    ///     let update = Update::builder()
+    ///         .table_name("counts")
+    ///         .key("key", AttributeValue::S(record.partition_key().to_owned()))
+    ///         .update_expression("ADD records :one")
+    ///         .expression_attribute_values(":one", AttributeValue::N("1".into()))
+    ///         .build()?;
+    ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Writes::from(Write::update(update)))
+    /// })
+    /// .concurrency(8);
+    /// let event = serde_json::from_str(include_str!("../../events/batch.json"))?;
+    /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
+    /// assert!(response.batch_item_failures.is_empty());
+    /// assert!(!store.items("counts").is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A shard-mode setting does not compile here, as on [`Processor::by_partition_key`]:
+    ///
+    /// ```compile_fail
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use kinesis_checkpoint::effects::Writes;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Processor, Record};
+    /// let processor = Processor::transactional_by_partition_key(
+    ///     Arc::new(MemoryLeaseStore::new()),
+    ///     |_: Record| async { Writes::new() },
+    /// )
+    /// .lease_ttl(Duration::from_secs(10));
+    /// ```
+    pub fn transactional_by_partition_key(store: Arc<dyn CheckpointStore>, handler: T) -> Self {
+        let mut processor = Self::by_partition_key(store, Transactional { handler });
         processor.settings.transactional = true;
         processor
     }

@@ -227,6 +227,71 @@ pub enum Transacted {
     },
 }
 
+/// One transaction of [`CheckpointStore::transact_rows`], the partition-key mode's: records'
+/// writes and the rows of the partition keys they advance, committed together or not at all.
+///
+/// Each row's update is a [`KeyCommit`], conditioned on its counter as
+/// [`commit_rows`](CheckpointStore::commit_rows) conditions it: the checkpoint action of the
+/// transaction, which fences a concurrent delivery of the same key.
+///
+/// ```
+/// use kinesis_checkpoint::store::{KeyCommit, RowsTransaction};
+/// use kinesis_checkpoint::LeaseKey;
+///
+/// let row = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:customer-7"), 3);
+/// let transaction = RowsTransaction::new(vec![row], Vec::new(), "kc-token".to_owned());
+/// assert_eq!(transaction.rows[0].expected_counter, 3);
+/// ```
+#[cfg(feature = "dynamodb")]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RowsTransaction {
+    /// The keys' rows, each written only if its counter is still the one expected;
+    /// [`RowsTransacted::Fenced`] names them by their index here.
+    pub rows: Vec<KeyCommit>,
+    /// The records' writes, in order; [`RowsTransacted::Refused`] names one by its index here.
+    pub writes: Vec<crate::effects::Write>,
+    /// The `ClientRequestToken`: the same for a retry of this transaction, so that it applies
+    /// once.
+    pub token: String,
+}
+
+#[cfg(feature = "dynamodb")]
+impl RowsTransaction {
+    /// A transaction of `writes` and the keys' `rows`.
+    #[must_use]
+    pub const fn new(
+        rows: Vec<KeyCommit>,
+        writes: Vec<crate::effects::Write>,
+        token: String,
+    ) -> Self {
+        Self {
+            rows,
+            writes,
+            token,
+        }
+    }
+}
+
+/// What became of a [`RowsTransaction`].
+#[cfg(feature = "dynamodb")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowsTransacted {
+    /// Everything landed.
+    Committed,
+    /// These rows (indices of [`RowsTransaction::rows`]) were written by someone else since
+    /// they were read: nothing landed.
+    Fenced(Vec<usize>),
+    /// The write at `action` (an index of [`RowsTransaction::writes`]) was refused by its own
+    /// condition, and no row was fenced: nothing landed.
+    Refused {
+        /// The write's index.
+        action: usize,
+        /// What the store said (`ConditionalCheckFailed`).
+        reason: String,
+    },
+}
+
 /// What [`CheckpointStore::acquire_and_read`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -374,6 +439,19 @@ pub trait CheckpointStore: Send + Sync + 'static {
         owner: &'a str,
         transaction: &'a Transaction,
     ) -> BoxFuture<'a, Result<Transacted, LeaseError>>;
+
+    /// Commits `transaction` in one step, the partition-key mode's: its writes and its keys'
+    /// rows, each row on condition of its counter, all or nothing. A retry with the same
+    /// [`token`](RowsTransaction::token) must not apply the writes twice.
+    ///
+    /// `Ok(Fenced)` (a row someone else wrote; it wins over a refused write) and `Ok(Refused)`
+    /// wrote nothing; `Err` is for the store failing, or for a store that cannot commit writes
+    /// with the rows at all (it says so in its error).
+    #[cfg(feature = "dynamodb")]
+    fn transact_rows<'a>(
+        &'a self,
+        transaction: &'a RowsTransaction,
+    ) -> BoxFuture<'a, Result<RowsTransacted, LeaseError>>;
 
     /// How many requests this store has sent to its backend since it was made, or `None` when
     /// it does not count them. The processor's [metrics](crate::Processor::metrics) report the

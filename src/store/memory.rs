@@ -190,6 +190,29 @@ impl MemoryLeaseStore {
         }
     }
 
+    /// Writes every field of a partition key's `commit` into `row` (its counter checked by
+    /// the caller): [`commit_rows`](CheckpointStore::commit_rows) and a transaction's rows.
+    pub(super) fn write_key_commit(row: &mut LeaseState, commit: &KeyCommit) {
+        if let Some(position) = &commit.checkpoint {
+            Self::write_position(row, position, &commit.below);
+        } else {
+            row.lease_counter += 1;
+        }
+        match &commit.failing {
+            FailingChange::Keep => {}
+            FailingChange::Set(failing) => row.failing = Some(failing.clone()),
+            FailingChange::Clear => row.failing = None,
+        }
+        if commit.expires_at.is_some() {
+            row.expires_at = commit.expires_at;
+        }
+        match &commit.reported {
+            ReportedChange::Keep => {}
+            ReportedChange::Set(position) => row.reported = Some(position.clone()),
+            ReportedChange::Clear => row.reported = None,
+        }
+    }
+
     fn free(row: &mut LeaseState) {
         row.lease_owner = None;
         row.lease_expiry = None;
@@ -345,24 +368,7 @@ impl CheckpointStore for MemoryLeaseStore {
                     let row = rows.entry(commit.row.clone()).or_default();
                     let unchanged = row.lease_counter == commit.expected_counter;
                     if unchanged {
-                        if let Some(position) = &commit.checkpoint {
-                            Self::write_position(row, position, &commit.below);
-                        } else {
-                            row.lease_counter += 1;
-                        }
-                        match &commit.failing {
-                            FailingChange::Keep => {}
-                            FailingChange::Set(failing) => row.failing = Some(failing.clone()),
-                            FailingChange::Clear => row.failing = None,
-                        }
-                        if commit.expires_at.is_some() {
-                            row.expires_at = commit.expires_at;
-                        }
-                        match &commit.reported {
-                            ReportedChange::Keep => {}
-                            ReportedChange::Set(position) => row.reported = Some(position.clone()),
-                            ReportedChange::Clear => row.reported = None,
-                        }
+                        Self::write_key_commit(row, commit);
                     }
                     unchanged
                 })
@@ -404,6 +410,14 @@ impl CheckpointStore for MemoryLeaseStore {
         transaction: &'a crate::store::Transaction,
     ) -> BoxFuture<'a, Result<crate::store::Transacted, LeaseError>> {
         Box::pin(async move { self.transact_now(key, owner, transaction) })
+    }
+
+    #[cfg(feature = "dynamodb")]
+    fn transact_rows<'a>(
+        &'a self,
+        transaction: &'a crate::store::RowsTransaction,
+    ) -> BoxFuture<'a, Result<crate::store::RowsTransacted, LeaseError>> {
+        Box::pin(async move { self.transact_rows_now(transaction) })
     }
 
     fn requests(&self) -> Option<u64> {

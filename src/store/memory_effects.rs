@@ -7,7 +7,7 @@ use std::sync::{MutexGuard, PoisonError};
 use super::MemoryLeaseStore;
 use crate::effects::{Item, ItemId, Refused, Tables};
 use crate::key::LeaseKey;
-use crate::store::{LeaseError, Transacted, Transaction};
+use crate::store::{LeaseError, RowsTransacted, RowsTransaction, Transacted, Transaction};
 
 /// How long a request token is remembered: `DynamoDB`'s 10 minutes.
 const TOKEN_MILLIS: u64 = 10 * 60 * 1000;
@@ -125,5 +125,52 @@ impl MemoryLeaseStore {
             .insert(transaction.token.clone(), now.saturating_add(TOKEN_MILLIS));
         effects.committed += 1;
         Ok(Transacted::Committed)
+    }
+
+    /// Commits a partition-key transaction under both locks: every row's counter checked
+    /// (a fenced row wins over a refused write, as `DynamoDB`'s cancellation reasons are read),
+    /// then the writes, then the rows.
+    pub(super) fn transact_rows_now(
+        &self,
+        transaction: &RowsTransaction,
+    ) -> Result<RowsTransacted, LeaseError> {
+        let now = self.clock.now_millis();
+        let mut rows = self.lock();
+        let mut effects = self.effects();
+        effects.tokens.retain(|_, lapses| *lapses > now);
+        if effects.tokens.contains_key(&transaction.token) {
+            // Applied already: a retry after a lost answer.
+            return Ok(RowsTransacted::Committed);
+        }
+        let fenced: Vec<usize> = transaction
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, commit)| {
+                rows.get(&commit.row).map_or(0, |row| row.lease_counter) != commit.expected_counter
+            })
+            .map(|(index, _)| index)
+            .collect();
+        if !fenced.is_empty() {
+            return Ok(RowsTransacted::Fenced(fenced));
+        }
+        match effects.tables.apply(&transaction.writes) {
+            Ok(()) => {}
+            Err(Refused::Condition(action)) => {
+                return Ok(RowsTransacted::Refused {
+                    action,
+                    reason: "ConditionalCheckFailed".to_owned(),
+                });
+            }
+            Err(Refused::Unsupported(unsupported)) => return Err(Box::new(unsupported)),
+        }
+        for commit in &transaction.rows {
+            Self::write_key_commit(rows.entry(commit.row.clone()).or_default(), commit);
+        }
+        effects
+            .tokens
+            .insert(transaction.token.clone(), now.saturating_add(TOKEN_MILLIS));
+        effects.committed += 1;
+        Ok(RowsTransacted::Committed)
     }
 }

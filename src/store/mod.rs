@@ -26,7 +26,7 @@
 //! | file | what |
 //! |---|---|
 //! | `lease` | [`LeaseStore`], [`LeaseState`], [`FailingRecord`], [`BoxFuture`], [`LeaseError`] |
-//! | `checkpoints` | [`CheckpointStore`], [`Claim`], [`Commit`], [`KeyCommit`], [`FailingChange`], [`ReportedChange`], `Transaction`, `Transacted` |
+//! | `checkpoints` | [`CheckpointStore`], [`Claim`], [`Commit`], [`KeyCommit`], [`FailingChange`], [`ReportedChange`], `Transaction`, `Transacted`, `RowsTransaction`, `RowsTransacted` |
 //! | `row` | how a position is written into a row and read back: [`Below`] |
 //! | `seed` | [`SeedStore`] |
 //! | `layer` | [`Layer`], [`Layered`], [`Call`], [`Next`], [`Operation`] |
@@ -47,7 +47,7 @@ mod seed;
 pub use crate::key::{LeaseKey, row_key};
 pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
 #[cfg(feature = "dynamodb")]
-pub use checkpoints::{Transacted, Transaction};
+pub use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
 pub use layer::{Call, Layer, Layered, Next, Operation};
 pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};
 pub use memory::MemoryLeaseStore;

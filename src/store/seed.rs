@@ -301,6 +301,22 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
         Box::pin(async move { Err(Box::new(error) as LeaseError) })
     }
 
+    #[cfg(feature = "dynamodb")]
+    fn transact_rows<'a>(
+        &'a self,
+        transaction: &'a super::checkpoints::RowsTransaction,
+    ) -> BoxFuture<'a, Result<super::checkpoints::RowsTransacted, LeaseError>> {
+        // As `transact`: nothing written apart from the rows (which it cannot keep either).
+        let error = NoTransactions {
+            row: transaction
+                .rows
+                .first()
+                .map(|commit| commit.row.to_string())
+                .unwrap_or_default(),
+        };
+        Box::pin(async move { Err(Box::new(error) as LeaseError) })
+    }
+
     fn requests(&self) -> Option<u64> {
         None
     }

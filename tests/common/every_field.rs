@@ -21,6 +21,7 @@ pub async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     finish(store, inner).await;
     rows(store, inner).await;
     transaction(store, inner).await;
+    rows_transaction(store, inner).await;
     assert_eq!(store.requests(), inner.requests());
 }
 
@@ -221,4 +222,64 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     assert_eq!(row.lease_owner, None, "released");
     let id = ItemId::new("items", &item);
     assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");
+}
+
+/// A partition-key transaction: a key's row with every field, a write, the token; a stale
+/// counter fenced with nothing landed.
+async fn rows_transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
+    use aws_sdk_dynamodb::types::{AttributeValue, Update};
+    use kinesis_checkpoint::effects::{ItemId, Write};
+    use kinesis_checkpoint::store::{RowsTransacted, RowsTransaction};
+
+    let row = LeaseKey::new("orders", "shardId-000000000005:k1");
+    let failing = FailingRecord::first(&at("1102"), "busy", 7);
+    let mut commit = KeyCommit::new(row.clone(), 0);
+    commit.checkpoint = Some(Position::sub_record("1101".parse().expect("n"), 2));
+    commit.below = Below::Record("1100".parse().expect("n"));
+    commit.failing = FailingChange::Set(failing.clone());
+    commit.expires_at = Some(1_900_000_002);
+    commit.reported = ReportedChange::Set(at("1099"));
+    let item =
+        std::collections::HashMap::from([("id".to_owned(), AttributeValue::S("i-2".to_owned()))]);
+    let write = Write::update(
+        Update::builder()
+            .table_name("items")
+            .set_key(Some(item.clone()))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .build()
+            .expect("an update"),
+    );
+    let transaction =
+        RowsTransaction::new(vec![commit], vec![write], "kc-every-field-rows".to_owned());
+    for _ in 0..2 {
+        assert_eq!(
+            store
+                .transact_rows(&transaction)
+                .await
+                .expect("transact rows"),
+            RowsTransacted::Committed,
+            "committed, then answered again for its token"
+        );
+    }
+    let read = inner.read(&row).await.expect("read");
+    assert_eq!(read.checkpoint.as_deref(), Some("1100"), "checkpoint");
+    assert_eq!(
+        (read.aggregate_sequence.as_deref(), read.aggregate_sub),
+        (Some("1101"), Some(2)),
+        "the position inside the aggregate"
+    );
+    assert_eq!(read.failing, Some(failing), "failing");
+    assert_eq!(read.expires_at, Some(1_900_000_002), "expires_at");
+    assert_eq!(read.reported, Some(at("1099")), "reported");
+    let id = ItemId::new("items", &item);
+    assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");
+    let mut stale = transaction.clone();
+    "kc-every-field-rows-2".clone_into(&mut stale.token);
+    assert_eq!(
+        store.transact_rows(&stale).await.expect("transact rows"),
+        RowsTransacted::Fenced(vec![0]),
+        "the row's counter moved"
+    );
+    assert_eq!(inner.writes_of(&id), 1, "nothing of a fenced transaction");
 }

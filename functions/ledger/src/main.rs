@@ -11,7 +11,8 @@
 //! does), and `AWS_LAMBDA_MAX_CONCURRENCY` (set by Lambda Managed Instances: how many
 //! invocations run at once in this process; unset or 1, one at a time), and `LEDGER_MODE`
 //! (`plain`, the default; `transactional` commits each order's update with the checkpoint in
-//! one `TransactWriteItems`, exactly once: see `ledger::transactional`; shard mode only).
+//! one `TransactWriteItems`, exactly once: see `ledger::transactional`; in the partition-key
+//! mode, with the advance of its key's row).
 //!
 //! Nothing here sends a request or builds an SDK client before the first event: each client is
 //! built on its first request, and the HTTPS client trusts the roots AWS endpoints chain to,
@@ -51,11 +52,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         (Mode::PartitionKey, LedgerMode::Plain) => {
             run(Processor::by_partition_key(leases, handler), &config).await
         }
-        (Mode::PartitionKey, LedgerMode::Transactional) => Err(
-            "LEDGER_MODE=transactional commits with the shard's checkpoint: it needs \
-             CHECKPOINT_MODE=shard (ParallelizationFactor 1)"
-                .into(),
-        ),
+        (Mode::PartitionKey, LedgerMode::Transactional) => {
+            let handler = ledger::transactional::handler(book, table);
+            let processor = Processor::transactional_by_partition_key(leases, handler);
+            run(processor, &config).await
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The ledger's transactional mode (`LEDGER_MODE=transactional`): each record's update of its
 //! order is committed with the checkpoint past it, in one `TransactWriteItems`, so an order is
 //! applied exactly once even when an invocation dies between the update and the checkpoint.
+//! With `CHECKPOINT_MODE=partition-key` the checkpoint is the advance of the order's partition
+//! key's row.
 //!
 //! The update is the plain mode's (`ADD total_cents :amount, applied :one`, not idempotent on
 //! purpose): a record applied twice would show in `applied`. The simulated failures are the
@@ -180,5 +182,39 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(row.checkpoint.as_deref(), Some("102"));
+    }
+
+    #[tokio::test]
+    async fn in_the_partition_key_mode_orders_are_applied_once_with_their_keys_rows() {
+        let store = Arc::new(MemoryLeaseStore::new());
+        let processor = Processor::transactional_by_partition_key(
+            store.clone(),
+            handler(Arc::new(MemoryBook::default()), "ledger"),
+        );
+        let event = event(&[("A-1", 100), ("A-1", 50), ("B-2", 7)]);
+        let context = lambda_runtime::Context::default();
+        for _ in 0..2 {
+            let response = processor.process(event.clone(), &context).await.unwrap();
+            assert!(response.batch_item_failures.is_empty());
+        }
+        let key = |order: &str| {
+            HashMap::from([("order_id".to_owned(), AttributeValue::S(order.to_owned()))])
+        };
+        let a = store.item("ledger", &key("A-1")).unwrap();
+        assert_eq!(a["total_cents"], AttributeValue::N("150".into()));
+        assert_eq!(
+            a["applied"],
+            AttributeValue::N("2".into()),
+            "delivered twice, applied once"
+        );
+        assert_eq!(store.transactions(), 2, "A-1 twice: two transactions");
+        let shard = LeaseKey::new("orders", "shardId-000000000000");
+        let row = kinesis_checkpoint::store::CheckpointStore::read(
+            store.as_ref(),
+            &kinesis_checkpoint::store::row_key(&shard, "A-1"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(row.checkpoint.as_deref(), Some("101"), "A-1's row");
     }
 }

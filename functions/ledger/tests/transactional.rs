@@ -45,11 +45,21 @@ fn n(item: &HashMap<String, AttributeValue>, name: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint() {
+    run("shard").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_transactional_ledger_applies_every_order_once_with_its_keys_rows() {
+    run("partition-key").await;
+}
+
+/// One end-to-end run in `CHECKPOINT_MODE` `checkpoint_mode`.
 #[allow(
     clippy::too_many_lines,
     reason = "one end-to-end run, its steps in order"
 )]
-async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint() {
+async fn run(checkpoint_mode: &str) {
     let moto = Moto::shared();
     let config = moto.sdk_config(3).await;
     let (leases, ledger) = (unique("leases"), unique("ledger"));
@@ -64,6 +74,7 @@ async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint()
         ("LEDGER_TABLE", ledger.as_str()),
         ("DEAD_LETTER_QUEUE_URL", queue.as_str()),
         ("LEDGER_MODE", "transactional"),
+        ("CHECKPOINT_MODE", checkpoint_mode),
         ("STARTING_POSITION", "TRIM_HORIZON"),
         ("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.as_str()),
         ("AWS_ENDPOINT_URL", moto.endpoint.as_str()),
@@ -75,12 +86,13 @@ async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint()
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
+    let log = format!("e2e-ledger-transactional-{checkpoint_mode}.log");
     let local = tokio::task::spawn_blocking(move || {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Watched::start(
             Path::new(env!("CARGO_BIN_EXE_ledger")),
             "_",
-            root().join("target").join("e2e-ledger-transactional.log"),
+            root().join("target").join(log),
             &env,
         )
     })
@@ -146,22 +158,24 @@ async fn the_transactional_ledger_applies_every_order_once_with_its_checkpoint()
         got, want,
         "every order applied exactly once, the poison one never"
     );
+    // The last record's checkpoint: the shard's row, or in the partition-key mode its key's.
+    let last = &poison.records[3].kinesis;
+    let row_key = if checkpoint_mode == "shard" {
+        "orders:shardId-000000000000".to_owned()
+    } else {
+        let key = last.partition_key.clone();
+        format!("orders:shardId-000000000000:{key}")
+    };
     let row = client
         .get_item()
         .table_name(&leases)
-        .key(
-            "lease_key",
-            AttributeValue::S("orders:shardId-000000000000".to_owned()),
-        )
+        .key("lease_key", AttributeValue::S(row_key))
         .send()
         .await
         .unwrap()
         .item
         .unwrap();
-    assert_eq!(
-        s(&row, "checkpoint"),
-        poison.records[3].kinesis.sequence_number
-    );
+    assert_eq!(s(&row, "checkpoint"), last.sequence_number);
     assert!(!row.contains_key("lease_owner"), "released");
     let log = std::fs::read_to_string(local.log()).unwrap_or_default();
     drop(local);

@@ -7,16 +7,48 @@ use std::time::Duration;
 use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::keyed::{self, State};
+use crate::key::LeaseKey;
 use crate::report::StopReason;
 use crate::sequence::{Position, SequenceNumber};
 use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, ReportedChange};
+
+/// The batch whose keys' rows are written: the shard, its entries (the lane's skipped records
+/// first), the keys' rows as read, and the rows' TTL from `now` (epoch milliseconds).
+pub(super) struct Batch<'a> {
+    pub(super) key: &'a LeaseKey,
+    pub(super) entries: &'a [Entry],
+    pub(super) keys: &'a HashMap<String, KeyRow>,
+    pub(super) ttl: Duration,
+    pub(super) now: u64,
+}
+
+/// The marks the keys' rows are to carry, for the states a run is in: a record that fails at
+/// the commit lowers the record reported, and the marks with it.
+pub(super) type Marks<'a> = dyn Fn(&keyed::Run) -> HashMap<String, ReportedChange> + Sync + 'a;
+
+/// [`key_commits`] of `batch`, for the first `states.len()` entries in `states` (the entries
+/// after them as not run; they still tell where an aggregate ends).
+pub(super) fn key_commits_of(
+    batch: &Batch<'_>,
+    states: &[State],
+    marks: &HashMap<String, ReportedChange>,
+) -> Vec<(String, KeyCommit)> {
+    key_commits(
+        batch.entries,
+        states,
+        batch.keys,
+        marks,
+        batch.ttl,
+        batch.now,
+    )
+}
 
 /// The write each key needs: its new checkpoint (the last record of the key done, in order),
 /// the change to its failing record and to its mark (`marks`, which may name keys without
 /// records here). Keys with nothing to change are left out.
 pub(super) fn key_commits(
     entries: &[Entry],
-    run: &keyed::Run,
+    states: &[State],
     keys: &HashMap<String, KeyRow>,
     marks: &HashMap<String, ReportedChange>,
     ttl: Duration,
@@ -24,7 +56,7 @@ pub(super) fn key_commits(
 ) -> Vec<(String, KeyCommit)> {
     let expires_at = (now / 1_000).saturating_add(ttl.as_secs());
     let mut changes: HashMap<&str, KeyChange> = HashMap::new();
-    for (index, (entry, state)) in entries.iter().zip(&run.states).enumerate() {
+    for (index, (entry, state)) in entries.iter().zip(states).enumerate() {
         let Some(partition_key) = entry.routing_key() else {
             continue;
         };

@@ -22,7 +22,8 @@
 //!    `lease_counter` is still the one read. A row someone else wrote meanwhile (a concurrent
 //!    delivery of the same key, which Lambda does not do by design but AWS does not rule out)
 //!    is not written: its records are reported and come again, and its checkpoint skips what
-//!    the other delivery did.
+//!    the other delivery did. With a transactional handler the rows go in the transactions
+//!    that commit their records' writes (see `transact`), on the same conditions.
 //! 6. Reports the lowest record not done: Lambda redelivers from it, and every record above it
 //!    that is done is skipped by its key's checkpoint. The shard's report carries no
 //!    checkpoint: there is none per shard.
@@ -91,9 +92,12 @@ use crate::store::LeaseState;
 
 mod commits;
 mod gaps;
+mod last_write;
 mod rows;
+#[cfg(feature = "dynamodb")]
+mod transact;
 
-use commits::{key_commits, write};
+use commits::Batch;
 use gaps::Found;
 use rows::{RowsUnread, read_keys};
 
@@ -225,12 +229,14 @@ pub(crate) async fn run_shard<H: Handler>(
         max_in_flight: settings.max_in_flight,
         max_done_above: usize::MAX,
     };
+    #[cfg(feature = "dynamodb")]
+    let staged = super::attempt::Staged::default();
     let runner = Runner {
         settings,
         invocation,
         lease: &lease,
         #[cfg(feature = "dynamodb")]
-        staged: None,
+        staged: Some(&staged),
     };
     // A range read in part runs alone: the batch comes again once the rest is read.
     let runnable = if unread.is_some() {
@@ -243,33 +249,36 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
     // batch's first while anything the lane skipped is not done.
-    let lowest = run.lowest_not_done();
-    let pending = if lowest < recovered {
-        Some(entries[lowest].position())
-    } else {
-        unread.clone()
+    // (For the run's states as they end: a record failing at the commit lowers it.)
+    let marks = |run: &keyed::Run| {
+        let lowest = run.lowest_not_done();
+        let pending = if lowest < recovered {
+            Some(entries[lowest].position())
+        } else {
+            unread.clone()
+        };
+        let reported_at = if pending.is_none() {
+            entries.get(lowest).map(Entry::position)
+        } else {
+            entries.get(recovered).map(Entry::position)
+        };
+        gaps::marks(
+            &keys,
+            &entries[recovered..],
+            pending.as_ref(),
+            reported_at.as_ref(),
+        )
     };
-    let reported_at = if pending.is_none() {
-        entries.get(lowest).map(Entry::position)
-    } else {
-        entries.get(recovered).map(Entry::position)
+    let batch = Batch {
+        key: &key,
+        entries: &entries,
+        keys: &keys,
+        ttl: settings.key_ttl,
+        now: invocation.now(),
     };
-    let marks = gaps::marks(
-        &keys,
-        &entries[recovered..],
-        pending.as_ref(),
-        reported_at.as_ref(),
-    );
-    let commits = key_commits(
-        &entries,
-        &run,
-        &keys,
-        &marks,
-        settings.key_ttl,
-        invocation.now(),
-    );
-    let refused = write(settings.store.as_ref(), &commits).await;
-    if !refused.is_empty() {
+    let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
+    // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
+    if !refused.is_empty() && !settings.transactional {
         // Those keys' records run again when redelivered: mark them so, and report from the
         // first of them if it is lower than the first record not done.
         for (index, state) in run.states.iter_mut().enumerate() {

@@ -188,6 +188,13 @@ impl CheckpointStore for DynamoLeaseStore {
         Box::pin(self.transact_items(key, owner, transaction))
     }
 
+    fn transact_rows<'a>(
+        &'a self,
+        transaction: &'a crate::store::RowsTransaction,
+    ) -> BoxFuture<'a, Result<crate::store::RowsTransacted, LeaseError>> {
+        Box::pin(self.transact_row_items(transaction))
+    }
+
     fn requests(&self) -> Option<u64> {
         Some(self.sent.load(Ordering::Relaxed))
     }

@@ -23,7 +23,7 @@ const UNPROCESSED_ROUNDS: u32 = 5;
 
 impl DynamoLeaseStore {
     /// The transactional update of one partition key's row, on condition of its counter.
-    fn key_update(&self, commit: &KeyCommit) -> Result<TransactWriteItem, LeaseError> {
+    pub(super) fn key_update(&self, commit: &KeyCommit) -> Result<TransactWriteItem, LeaseError> {
         let mut clauses = Clauses::default();
         let mut values = HashMap::from([(":one".to_owned(), AttributeValue::N("1".to_owned()))]);
         if let Some(position) = &commit.checkpoint {

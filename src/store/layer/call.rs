@@ -41,6 +41,9 @@ pub enum Operation {
     /// `CheckpointStore::transact` (feature `dynamodb`): records' writes and the lease row's
     /// update in one transaction.
     Transact,
+    /// `CheckpointStore::transact_rows` (feature `dynamodb`): records' writes and the
+    /// partition keys' rows in one transaction.
+    TransactRows,
 }
 
 impl Operation {
@@ -165,6 +168,10 @@ pub(super) enum Args<'a> {
         owner: &'a str,
         transaction: &'a crate::store::Transaction,
     },
+    #[cfg(feature = "dynamodb")]
+    TransactRows {
+        transaction: &'a crate::store::RowsTransaction,
+    },
 }
 
 impl<'a> Call<'a> {
@@ -185,6 +192,8 @@ impl<'a> Call<'a> {
             Args::MarkContended { .. } => Operation::MarkContended,
             #[cfg(feature = "dynamodb")]
             Args::Transact { .. } => Operation::Transact,
+            #[cfg(feature = "dynamodb")]
+            Args::TransactRows { .. } => Operation::TransactRows,
         }
     }
 
@@ -205,6 +214,8 @@ impl<'a> Call<'a> {
             #[cfg(feature = "dynamodb")]
             Args::Transact { key, .. } => Some(key),
             Args::ReadRows { .. } | Args::CommitRows { .. } => None,
+            #[cfg(feature = "dynamodb")]
+            Args::TransactRows { .. } => None,
         }
     }
 
@@ -214,6 +225,10 @@ impl<'a> Call<'a> {
         match self.args {
             Args::ReadRows { keys } => keys.iter().collect(),
             Args::CommitRows { commits } => commits.iter().map(|commit| &commit.row).collect(),
+            #[cfg(feature = "dynamodb")]
+            Args::TransactRows { transaction } => {
+                transaction.rows.iter().map(|commit| &commit.row).collect()
+            }
             _ => self.key().into_iter().collect(),
         }
     }
@@ -281,11 +296,25 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The writes of [`CheckpointStore::commit_rows`](crate::store::CheckpointStore::commit_rows); empty for every other call.
+    /// The transaction of `CheckpointStore::transact_rows` (feature `dynamodb`): its records'
+    /// writes, its keys' rows, its token.
+    #[cfg(feature = "dynamodb")]
     #[must_use]
-    pub const fn key_commits(&self) -> &'a [KeyCommit] {
+    pub const fn rows_transaction(&self) -> Option<&'a crate::store::RowsTransaction> {
+        match self.args {
+            Args::TransactRows { transaction } => Some(transaction),
+            _ => None,
+        }
+    }
+
+    /// The rows' writes of [`CheckpointStore::commit_rows`](crate::store::CheckpointStore::commit_rows)
+    /// (and of `transact_rows`); empty for every other call.
+    #[must_use]
+    pub fn key_commits(&self) -> &'a [KeyCommit] {
         match self.args {
             Args::CommitRows { commits } => commits,
+            #[cfg(feature = "dynamodb")]
+            Args::TransactRows { transaction } => &transaction.rows,
             _ => &[],
         }
     }

@@ -276,6 +276,15 @@ impl<S: CheckpointStore + ?Sized, L: Layer> CheckpointStore for Layered<S, L> {
         self.route(args, move |_| self.inner.transact(key, owner, transaction))
     }
 
+    #[cfg(feature = "dynamodb")]
+    fn transact_rows<'a>(
+        &'a self,
+        transaction: &'a super::checkpoints::RowsTransaction,
+    ) -> BoxFuture<'a, Result<super::checkpoints::RowsTransacted, LeaseError>> {
+        let args = Args::TransactRows { transaction };
+        self.route(args, move |_| self.inner.transact_rows(transaction))
+    }
+
     fn requests(&self) -> Option<u64> {
         self.inner.requests()
     }

@@ -1,0 +1,274 @@
+//! Exactly once under deaths in the partition-key mode: the same batch (over seven partition
+//! keys) through a transactional handler and through a plain one, the invocation killed at
+//! every point (before and after each store call: the read of the keys' rows and each write of
+//! them, with or without the records' writes; and after each of a set of records' handler),
+//! then delivered again until it is done, as Lambda does after a failed invocation. On virtual
+//! time.
+//!
+//! The count that matters is "applied again after a death": a record whose effect landed
+//! twice. It is 0 for the transactional handler, whose writes land only with the checkpoint,
+//! and above 0 for the plain handler in the same run, which applies its effect and may die
+//! before the checkpoint. Neither loses a record.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, Update};
+use common::{batch, n_of};
+use kinesis_checkpoint::clock::{Clock, TokioClock};
+use kinesis_checkpoint::effects::{ItemId, Write, Writes};
+use kinesis_checkpoint::processor::Effect;
+use kinesis_checkpoint::store::{Call, Layer, Layered, LeaseError, Next, Operation};
+use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
+
+const STREAM: &str = "orders";
+const SHARD: &str = "shardId-000000000000";
+/// Three transactions over seven keys' rows: 93, 93 and 64 records.
+const RECORDS: u64 = 250;
+const TABLE: &str = "orders";
+
+/// Where an invocation dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// Before the store call of this index (reads of the rows, their writes, transactions) is
+    /// sent.
+    BeforeCall(usize),
+    /// After that call was applied, before its answer arrives.
+    AfterCall(usize),
+    /// After the handler of record `n` did its work (the plain handler's effect, the
+    /// transactional handler's staging).
+    AfterRecord(u64),
+}
+
+impl fmt::Display for Death {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BeforeCall(index) => write!(f, "before store call {index}"),
+            Self::AfterCall(index) => write!(f, "after store call {index}"),
+            Self::AfterRecord(n) => write!(f, "after record {n}"),
+        }
+    }
+}
+
+/// The death planned for one delivery, and the signal that it happened.
+#[derive(Default)]
+struct Reaper {
+    plan: Mutex<Option<Death>>,
+    calls: AtomicUsize,
+    died: tokio::sync::Notify,
+}
+
+impl Reaper {
+    /// Dies here: signals the death and never returns (the invocation is dropped).
+    async fn die(&self) {
+        *self.plan.lock().unwrap() = None;
+        self.died.notify_one();
+        std::future::pending::<()>().await;
+    }
+
+    fn planned(&self, death: Death) -> bool {
+        *self.plan.lock().unwrap() == Some(death)
+    }
+}
+
+/// Kills the invocation at the reaper's store call.
+struct Deaths(Arc<Reaper>);
+
+impl Layer for Deaths {
+    fn around<'a, T: fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        let counted = matches!(
+            call.operation(),
+            Operation::ReadRows | Operation::CommitRows | Operation::TransactRows
+        );
+        Box::pin(async move {
+            if !counted {
+                return next.run(call).await;
+            }
+            let index = self.0.calls.fetch_add(1, Ordering::SeqCst);
+            if self.0.planned(Death::BeforeCall(index)) {
+                self.0.die().await;
+            }
+            let answer = next.run(call).await;
+            if self.0.planned(Death::AfterCall(index)) {
+                self.0.die().await;
+            }
+            answer
+        })
+    }
+}
+
+fn count_up(n: u64) -> Write {
+    Write::update(
+        Update::builder()
+            .table_name(TABLE)
+            .key("id", AttributeValue::S(format!("order-{n}")))
+            .update_expression("ADD applied :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// How many times each record's effect landed, by record.
+type Applied = Vec<u64>;
+
+/// One scenario: the batch delivered until done, the first delivery dying at `death`.
+async fn scenario(death: Death, transactional: bool) -> Applied {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_800_000_000_000));
+    let memory = Arc::new(MemoryLeaseStore::with_clock(Arc::clone(&clock)));
+    let reaper = Arc::new(Reaper::default());
+    let store = Arc::new(Layered::new(
+        Arc::clone(&memory) as Arc<dyn kinesis_checkpoint::store::CheckpointStore>,
+        Deaths(Arc::clone(&reaper)),
+    ));
+    let plain_effects: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
+    let event = batch(STREAM, SHARD, 0..RECORDS);
+    *reaper.plan.lock().unwrap() = Some(death);
+    let run = |request: String| {
+        let clock = Arc::clone(&clock);
+        let store = Arc::clone(&store);
+        let reaper = Arc::clone(&reaper);
+        let effects = Arc::clone(&plain_effects);
+        let event = event.clone();
+        async move {
+            let mut context = lambda_runtime::Context::default();
+            context.request_id = request;
+            context.deadline = clock.now_millis() + 60_000;
+            let on_record = move |n: u64, reaper: Arc<Reaper>| async move {
+                if reaper.planned(Death::AfterRecord(n)) {
+                    reaper.die().await;
+                }
+            };
+            if transactional {
+                let reaper = Arc::clone(&reaper);
+                let processor =
+                    Processor::transactional_by_partition_key(store, move |record: Record| {
+                        let n = n_of(&record);
+                        let reaper = Arc::clone(&reaper);
+                        async move {
+                            on_record(n, reaper).await;
+                            Effect::Commit(Writes::from(count_up(n)))
+                        }
+                    })
+                    .clock(clock);
+                processor
+                    .process(event, &context)
+                    .await
+                    .map(|r| r.batch_item_failures.len())
+            } else {
+                let reaper = Arc::clone(&reaper);
+                let processor = Processor::by_partition_key(store, move |record: Record| {
+                    let n = n_of(&record);
+                    let reaper = Arc::clone(&reaper);
+                    let effects = Arc::clone(&effects);
+                    async move {
+                        *effects.lock().unwrap().entry(n).or_default() += 1;
+                        on_record(n, reaper).await;
+                        Outcome::ack()
+                    }
+                })
+                .clock(clock);
+                processor
+                    .process(event, &context)
+                    .await
+                    .map(|r| r.batch_item_failures.len())
+            }
+        }
+    };
+    for attempt in 0..6 {
+        let finished = tokio::select! {
+            answer = run(format!("delivery-{attempt}")) => Some(answer.unwrap()),
+            () = reaper.died.notified() => None,
+        };
+        if finished == Some(0) {
+            break;
+        }
+        // Lambda retries after the failed invocation (no lease to lapse in this mode).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(attempt < 5, "{death}: the batch never finished");
+    }
+    (0..RECORDS)
+        .map(|n| {
+            if transactional {
+                let key =
+                    HashMap::from([("id".to_owned(), AttributeValue::S(format!("order-{n}")))]);
+                memory.writes_of(&ItemId::new(TABLE, &key))
+            } else {
+                plain_effects.lock().unwrap().get(&n).copied().unwrap_or(0)
+            }
+        })
+        .collect()
+}
+
+fn deaths() -> Vec<Death> {
+    let mut deaths = Vec::new();
+    // The read of the rows, then the commit's calls: one plain write, or three transactions.
+    for index in 0..5 {
+        deaths.push(Death::BeforeCall(index));
+        deaths.push(Death::AfterCall(index));
+    }
+    for n in [0, 1, 50, 92, 93, 94, 185, 186, 249] {
+        deaths.push(Death::AfterRecord(n));
+    }
+    deaths
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_the_key_mode_a_transactional_handler_applies_nothing_twice_where_a_plain_one_does() {
+    let mut again = [0_u64; 2];
+    for death in deaths() {
+        for (side, transactional) in [(0, true), (1, false)] {
+            let applied = scenario(death, transactional).await;
+            let lost: Vec<usize> = (0..applied.len()).filter(|n| applied[*n] == 0).collect();
+            assert!(
+                lost.is_empty(),
+                "{death}, transactional {transactional}: lost {lost:?}"
+            );
+            let twice = u64::try_from(applied.iter().filter(|count| **count > 1).count()).unwrap();
+            println!("{death:>20}: transactional {transactional:<5} applied again: {twice}");
+            again[side] += twice;
+        }
+    }
+    println!(
+        "records applied again after a death: transactional {}, plain {}",
+        again[0], again[1]
+    );
+    assert_eq!(
+        again[0], 0,
+        "the transactional handler applies nothing twice"
+    );
+    assert!(
+        again[1] > 0,
+        "the plain handler does, under the same deaths"
+    );
+}
+
+#[tokio::test]
+async fn the_death_test_s_batch_takes_three_transactions_over_seven_keys() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::transactional_by_partition_key(store.clone(), |record: Record| {
+        std::future::ready(Effect::Commit(Writes::from(count_up(n_of(&record)))))
+    });
+    let response = processor
+        .process(
+            batch(STREAM, SHARD, 0..RECORDS),
+            &common::context("a", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        store.transactions(),
+        3,
+        "93 + 93 + 64 writes beside 7 rows each"
+    );
+}
