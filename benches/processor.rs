@@ -27,7 +27,10 @@
 //! already checkpointed, every record skipped (a redelivery).
 //!
 //! `make bench` runs it and `scripts/bench_summary.py` prints the ratios, the cost per record
-//! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates.
+//! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates. With
+//! `PROCESSOR_BENCH_COUNT` set, the binary runs one benchmark's body a fixed number of times
+//! instead (see [`count`]), for `scripts/bench_instructions.py` to count its instructions
+//! under callgrind: a figure the machine's load does not move.
 
 use std::hint::black_box;
 use std::sync::Arc;
