@@ -27,7 +27,10 @@
 //! already checkpointed, every record skipped (a redelivery).
 //!
 //! `make bench` runs it and `scripts/bench_summary.py` prints the ratios, the cost per record
-//! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates.
+//! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates. With
+//! `PROCESSOR_BENCH_COUNT` set, the binary runs one benchmark's body a fixed number of times
+//! instead (see [`count`]), for `scripts/bench_instructions.py` to count its instructions
+//! under callgrind: a figure the machine's load does not move.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -36,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine;
-use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
 use kinesis_checkpoint::event::LambdaKinesisEvent;
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::{Value, json};
@@ -287,4 +290,74 @@ criterion_group!(
     from_bytes,
     duplicate_batch
 );
-criterion_main!(benches);
+
+/// One benchmark's body run a fixed number of times outside criterion, for an instruction
+/// count (`scripts/bench_instructions.py` runs it under `valgrind --tool=callgrind`, counting
+/// only inside [`counted`]): unlike a time, the count is the same whatever else the machine
+/// runs. `spec` names the benchmark as criterion does, with the iterations:
+/// `<group>/<function>/<size>/<iterations>`, e.g. `batch_json/processor/1000/3`.
+fn count(spec: &str) {
+    let parts: Vec<&str> = spec.split('/').collect();
+    let [group, function, size, iterations] = parts[..] else {
+        panic!("PROCESSOR_BENCH_COUNT is <group>/<function>/<size>/<iterations>, not {spec}");
+    };
+    let size: u64 = size.parse().expect("a size");
+    let iterations: u32 = iterations.parse().expect("a count of iterations");
+    let rt = runtime();
+    let context = context();
+    let body = body(size);
+    let event: KinesisEvent = deserialize(&body);
+    let (start, name) = group.split_once('_').unwrap_or((group, "json"));
+    let code = user_code(name);
+    let duplicate = fresh_processor!(apply_order);
+    if start == "duplicate" {
+        rt.block_on(duplicate.process_batch(event.clone(), &context))
+            .unwrap();
+    }
+    for _ in 0..iterations {
+        // The copy of the input is made outside the count, as criterion makes it outside the
+        // timed part.
+        let (event, body) = (event.clone(), body.clone());
+        counted(|| match (start, function) {
+            ("batch", "bare_loop") => {
+                rt.block_on(bare_loop(event, |data| async move { code(&data) }));
+            }
+            ("batch", "processor") => {
+                rt.block_on(fresh_processor!(code).process(event, &context))
+                    .unwrap();
+            }
+            ("bytes", "bare_loop") => {
+                let event: KinesisEvent = deserialize(&body);
+                rt.block_on(bare_loop(event, |data| async move { code(&data) }));
+            }
+            ("bytes", "processor") => {
+                let LambdaKinesisEvent(event) = deserialize(&body);
+                rt.block_on(fresh_processor!(code).process(event, &context))
+                    .unwrap();
+            }
+            ("duplicate", "processor") => {
+                rt.block_on(duplicate.process(event, &context)).unwrap();
+            }
+            ("duplicate", "processor_from_bytes") => {
+                let LambdaKinesisEvent(event) = deserialize(&body);
+                rt.block_on(duplicate.process(event, &context)).unwrap();
+            }
+            _ => panic!("no benchmark {group}/{function}"),
+        });
+    }
+}
+
+/// What an instruction count covers: callgrind is told to count only inside this function.
+#[inline(never)]
+fn counted(run: impl FnOnce()) {
+    run();
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("PROCESSOR_BENCH_COUNT") {
+        count(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -39,10 +39,18 @@ use crate::sequence::{Position, SequenceNumber};
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Record {
+    /// One block per record, shared by its clones: dispatch hands the handler a clone and
+    /// keeps the record for its report and dead letter, and a clone of one `Arc` costs one
+    /// count where a clone of each field cost five (see BENCHMARKS.md, section 1).
+    inner: Arc<Fields>,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct Fields {
     key: LeaseKey,
     sequence: SequenceNumber,
     sub_sequence: Option<u64>,
-    partition_key: Arc<str>,
+    partition_key: PartitionKey,
     /// The partition key Kinesis routed the record by, when it is not `partition_key`: the
     /// aggregate's own, for a KPL sub-record.
     routing_key: Option<Arc<str>>,
@@ -50,6 +58,32 @@ pub struct Record {
     data: Bytes,
     arrival: SystemTime,
 }
+
+/// A partition key: the event's own string, taken from it as it is (no block is allocated for
+/// it), or one shared by many records (a KPL aggregate's key table, a caller's `Arc`).
+#[derive(Clone)]
+enum PartitionKey {
+    Owned(Box<str>),
+    Shared(Arc<str>),
+}
+
+impl PartitionKey {
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Owned(key) => key,
+            Self::Shared(key) => key,
+        }
+    }
+}
+
+/// Equal by their text, however each is held.
+impl PartialEq for PartitionKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for PartitionKey {}
 
 impl Record {
     /// A record of `key`'s shard, arrived now. Used by tests and local sources; the processor
@@ -68,37 +102,49 @@ impl Record {
         partition_key: impl Into<Arc<str>>,
         data: impl Into<Bytes>,
     ) -> Self {
-        Self {
+        Self::with_fields(Fields {
             key,
             sequence,
             sub_sequence: None,
-            partition_key: partition_key.into(),
+            partition_key: PartitionKey::Shared(partition_key.into()),
             routing_key: None,
             explicit_hash_key: None,
             data: data.into(),
             arrival: crate::clock::system_time(),
-        }
+        })
     }
 
     /// A record read out of Lambda's event, with the arrival time the event gives: the clock is
     /// not read for every record of a batch, as [`new`](Self::new) would.
-    pub(crate) const fn arrived(
+    pub(crate) fn arrived(
         key: LeaseKey,
         sequence: SequenceNumber,
-        partition_key: Arc<str>,
+        partition_key: Box<str>,
         data: Bytes,
         arrival: SystemTime,
     ) -> Self {
-        Self {
+        Self::with_fields(Fields {
             key,
             sequence,
             sub_sequence: None,
-            partition_key,
+            partition_key: PartitionKey::Owned(partition_key),
             routing_key: None,
             explicit_hash_key: None,
             data,
             arrival,
+        })
+    }
+
+    fn with_fields(fields: Fields) -> Self {
+        Self {
+            inner: Arc::new(fields),
         }
+    }
+
+    /// The fields to change, for the builders: the record is not shared yet, so nothing is
+    /// copied.
+    fn fields(&mut self) -> &mut Fields {
+        Arc::make_mut(&mut self.inner)
     }
 
     /// The same record as sub-record `sub_sequence` of a KPL aggregate.
@@ -112,7 +158,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn with_sub_sequence(mut self, sub_sequence: u64) -> Self {
-        self.sub_sequence = Some(sub_sequence);
+        self.fields().sub_sequence = Some(sub_sequence);
         self
     }
 
@@ -127,7 +173,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn with_explicit_hash_key(mut self, hash_key: impl Into<Arc<str>>) -> Self {
-        self.explicit_hash_key = Some(hash_key.into());
+        self.fields().explicit_hash_key = Some(hash_key.into());
         self
     }
 
@@ -143,8 +189,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn with_arrival(mut self, arrival: SystemTime) -> Self {
-        self.arrival = arrival;
+    pub fn with_arrival(mut self, arrival: SystemTime) -> Self {
+        self.fields().arrival = arrival;
         self
     }
 
@@ -158,8 +204,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn key(&self) -> &LeaseKey {
-        &self.key
+    pub fn key(&self) -> &LeaseKey {
+        &self.inner.key
     }
 
     /// The stream's name (from `eventSourceARN`).
@@ -172,7 +218,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn stream(&self) -> &str {
-        self.key.stream()
+        self.inner.key.stream()
     }
 
     /// The shard id (from `eventID`).
@@ -185,7 +231,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn shard(&self) -> &str {
-        self.key.shard()
+        self.inner.key.shard()
     }
 
     /// The record's sequence number (an aggregate's, for a KPL sub-record).
@@ -197,8 +243,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn sequence(&self) -> &SequenceNumber {
-        &self.sequence
+    pub fn sequence(&self) -> &SequenceNumber {
+        &self.inner.sequence
     }
 
     /// The index of the sub-record within its KPL aggregate; `None` for a plain record.
@@ -210,8 +256,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn sub_sequence(&self) -> Option<u64> {
-        self.sub_sequence
+    pub fn sub_sequence(&self) -> Option<u64> {
+        self.inner.sub_sequence
     }
 
     /// Where the record stands in its shard's extended order.
@@ -225,8 +271,8 @@ impl Record {
     #[must_use]
     pub fn position(&self) -> Position {
         Position::Record {
-            sequence: self.sequence.clone(),
-            sub_sequence: self.sub_sequence,
+            sequence: self.inner.sequence.clone(),
+            sub_sequence: self.inner.sub_sequence,
         }
     }
 
@@ -251,7 +297,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn partition_key(&self) -> &str {
-        &self.partition_key
+        self.inner.partition_key.as_str()
     }
 
     /// The partition key Kinesis routed the record by: its own, or for a KPL sub-record the
@@ -266,14 +312,16 @@ impl Record {
     /// ```
     #[must_use]
     pub fn routing_key(&self) -> &str {
-        self.routing_key.as_deref().unwrap_or(&self.partition_key)
+        self.inner
+            .routing_key
+            .as_deref()
+            .unwrap_or(self.inner.partition_key.as_str())
     }
 
-    /// The same record as a sub-record of the aggregate `outer`, routed by its key.
-    pub(crate) fn routed_as(mut self, outer: &Self) -> Self {
-        self.routing_key = Some(Arc::clone(
-            outer.routing_key.as_ref().unwrap_or(&outer.partition_key),
-        ));
+    /// The same record as a sub-record of an aggregate routed by `routing_key` (the
+    /// aggregate's [`routing_key`](Self::routing_key), one `Arc` for all its sub-records).
+    pub(crate) fn routed_by(mut self, routing_key: &Arc<str>) -> Self {
+        self.fields().routing_key = Some(Arc::clone(routing_key));
         self
     }
 
@@ -287,7 +335,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
-        self.explicit_hash_key.as_deref()
+        self.inner.explicit_hash_key.as_deref()
     }
 
     /// The payload, decoded from the event's base64.
@@ -300,7 +348,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn data(&self) -> &[u8] {
-        &self.data
+        &self.inner.data
     }
 
     /// The payload as shared bytes, for keeping or forwarding without a copy.
@@ -313,8 +361,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn bytes(&self) -> &Bytes {
-        &self.data
+    pub fn bytes(&self) -> &Bytes {
+        &self.inner.data
     }
 
     /// When Kinesis accepted the record (`approximateArrivalTimestamp`), to the microsecond
@@ -332,8 +380,8 @@ impl Record {
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub const fn arrival(&self) -> SystemTime {
-        self.arrival
+    pub fn arrival(&self) -> SystemTime {
+        self.inner.arrival
     }
 
     /// The payload read as JSON.
@@ -352,8 +400,8 @@ impl Record {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
-        serde_json::from_slice(&self.data).map_err(|source| PayloadError {
-            key: self.key.clone(),
+        serde_json::from_slice(&self.inner.data).map_err(|source| PayloadError {
+            key: self.inner.key.clone(),
             position: self.position(),
             source,
         })
@@ -385,14 +433,14 @@ pub struct PayloadError {
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")
-            .field("key", &self.key)
-            .field("sequence", &self.sequence)
-            .field("sub_sequence", &self.sub_sequence)
-            .field("partition_key", &self.partition_key)
-            .field("routing_key", &self.routing_key)
-            .field("explicit_hash_key", &self.explicit_hash_key)
-            .field("data", &format_args!("<{} bytes>", self.data.len()))
-            .field("arrival", &self.arrival)
+            .field("key", &self.inner.key)
+            .field("sequence", &self.inner.sequence)
+            .field("sub_sequence", &self.inner.sub_sequence)
+            .field("partition_key", &self.partition_key())
+            .field("routing_key", &self.inner.routing_key)
+            .field("explicit_hash_key", &self.inner.explicit_hash_key)
+            .field("data", &format_args!("<{} bytes>", self.inner.data.len()))
+            .field("arrival", &self.inner.arrival)
             .finish()
     }
 }

@@ -78,7 +78,14 @@ impl FromStr for SequenceNumber {
         match digits.as_bytes() {
             [] => Err(SequenceError::Empty),
             bytes if bytes.len() > MAX_DIGITS => Err(SequenceError::TooLong(bytes.len())),
-            bytes if !bytes.iter().all(u8::is_ascii_digit) => {
+            // Every byte checked, without stopping at the first that is not a digit: the
+            // check then runs on whole words at once, and a well-formed number (every one
+            // Lambda sends) is read to its end either way.
+            bytes
+                if !bytes
+                    .iter()
+                    .fold(true, |digits, byte| digits & byte.is_ascii_digit()) =>
+            {
                 Err(SequenceError::NotDigits(digits.to_owned()))
             }
             [b'0', _, ..] => Err(SequenceError::LeadingZero(digits.to_owned())),

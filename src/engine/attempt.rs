@@ -23,7 +23,7 @@ use crate::record::Record;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
 use crate::store::memory::millis;
-use crate::store::{BoxFuture, FailingChange, FailingRecord};
+use crate::store::{FailingChange, FailingRecord};
 
 /// Runs records for one shard of one invocation: the processor's settings, the invocation's
 /// deadline and the lease held (one that never lapses in the partition-key mode).
@@ -227,12 +227,26 @@ impl<H: Handler> Runner<'_, H> {
 
     /// Calls the handler, turning a panic or a run past `stop_at` (epoch milliseconds) into a
     /// stop.
-    fn call(&self, record: Record, stop_at: Option<u64>) -> Guarded<'_> {
-        Guarded {
-            handler: self.settings.handler.handle(record),
-            stop_at,
-            clock: self.invocation.clock(),
-            timer: None,
+    ///
+    /// The handler's future is pinned here, in this future, rather than boxed: a record's
+    /// dispatch allocates nothing for it (see BENCHMARKS.md, section 1).
+    fn call(
+        &self,
+        record: Record,
+        stop_at: Option<u64>,
+    ) -> impl Future<Output = Result<Outcome, StopReason>> + Send + '_ {
+        // Called now, as `Handler::handle` is: the user code runs before the first poll.
+        let handler = self.settings.handler.handle_unboxed(record);
+        let clock = self.invocation.clock();
+        async move {
+            let handler = std::pin::pin!(handler);
+            Guarded {
+                handler,
+                stop_at,
+                clock,
+                timer: None,
+            }
+            .await
         }
     }
 }
@@ -279,8 +293,9 @@ impl Failing {
 /// The timer is armed only once the handler waits: one that finishes on its first poll costs
 /// no timer, and `tokio::time::timeout` would not have stopped it either, since it polls the
 /// future before its deadline. Armed, it fires at `stop_at` however long that first poll took.
-struct Guarded<'a> {
-    handler: BoxFuture<'a, Outcome>,
+struct Guarded<'a, F> {
+    /// The handler's future, pinned where the caller holds it.
+    handler: Pin<&'a mut F>,
     /// Epoch milliseconds; `None` when the invocation has no deadline.
     stop_at: Option<u64>,
     /// The invocation's clock, which the timer waits on.
@@ -288,7 +303,7 @@ struct Guarded<'a> {
     timer: Option<Sleep>,
 }
 
-impl Future for Guarded<'_> {
+impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
     type Output = Result<Outcome, StopReason>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {

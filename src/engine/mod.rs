@@ -118,8 +118,11 @@ async fn run_shard<H: Handler>(
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
+    // Boxed, one block per shard: the handler's future is held in the dispatch's own state
+    // (not boxed per record), so a shard's run is as large as the handler's future makes it,
+    // and the caller's future need not be.
     match settings.mode {
-        Mode::Shard => shard::run_shard(settings, group, invocation).await,
-        Mode::PartitionKey => partition_key::run_shard(settings, group, invocation).await,
+        Mode::Shard => Box::pin(shard::run_shard(settings, group, invocation)).await,
+        Mode::PartitionKey => Box::pin(partition_key::run_shard(settings, group, invocation)).await,
     }
 }

@@ -205,6 +205,7 @@ fn sub_records(
         .into_iter()
         .map(Arc::from)
         .collect();
+    let routing_key: Arc<str> = Arc::from(outer.routing_key());
     aggregate
         .records
         .into_iter()
@@ -228,7 +229,7 @@ fn sub_records(
                 data,
             )
             .with_sub_sequence(sub_record)
-            .routed_as(outer)
+            .routed_by(&routing_key)
             .with_arrival(outer.arrival());
             let Some(index) = sub.explicit_hash_key_index else {
                 return Ok(record);

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Counts the instructions each benchmark of `benches/processor.rs` executes per record.
+
+On a machine shared with other work, criterion's times move by up to 8 x between runs (see
+BENCHMARKS.md, section 1); an instruction count does not: the same binary given the same input
+executes the same instructions whatever else runs. This script runs the bench binary in its
+count mode (`PROCESSOR_BENCH_COUNT=<group>/<function>/<size>/<iterations>`: the benchmark's body
+`iterations` times, outside criterion) under `valgrind --tool=callgrind`, counting only inside
+the bench's `counted` function (the copy of the input is made outside it, as criterion makes it
+outside the timed part), and prints instructions per record, the bare loop beside the processor,
+and what the processor adds per record.
+
+It judges nothing: an instruction is not a unit of time (a cache miss or an atomic costs many
+cycles, an allocation's cost depends on the heap's state), so the targets of issue 17, which
+are times, stay judged on criterion's figures by `scripts/bench_summary.py`. What the count
+shows is where the processor's own work is, and whether a change removed some of it.
+
+Usage: scripts/bench_instructions.py BENCH_BINARY [--iterations N] [--sizes 100,1000,10000]
+       [--only GROUP/FUNCTION] [--keep DIR]
+
+BENCH_BINARY is `target/release/deps/processor-<hash>` (printed by
+`cargo bench --bench processor --no-run`). With `--keep DIR`, callgrind's output files stay in
+DIR for `callgrind_annotate`.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCHMARKS = (
+    ("batch_json", "bare_loop"),
+    ("batch_json", "processor"),
+    ("batch_empty", "bare_loop"),
+    ("batch_empty", "processor"),
+    ("bytes_json", "bare_loop"),
+    ("bytes_json", "processor"),
+    ("bytes_empty", "bare_loop"),
+    ("bytes_empty", "processor"),
+    ("duplicate", "processor"),
+    ("duplicate", "processor_from_bytes"),
+)
+
+
+def instructions(binary: str, spec: str, out: Path) -> int:
+    """Instructions executed inside `counted` for the benchmark `spec`."""
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=*counted*",
+            f"--callgrind-out-file={out}",
+            binary,
+        ],
+        env={**os.environ, "PROCESSOR_BENCH_COUNT": spec},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for line in out.read_text().splitlines():
+        match = re.match(r"(?:summary|totals):\s+(\d+)", line)
+        if match:
+            return int(match.group(1))
+    raise RuntimeError(f"no total in {out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("binary")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--keep")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp())
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = [b for b in BENCHMARKS if not args.only or "/".join(b) in args.only]
+    per_record: dict[tuple[str, str, int], float] = {}
+    for group, function in wanted:
+        for size in sizes:
+            spec = f"{group}/{function}/{size}/{args.iterations}"
+            out = folder / f"callgrind.{group}.{function}.{size}.out"
+            total = instructions(args.binary, spec, out)
+            per_record[(group, function, size)] = total / (args.iterations * size)
+            print(f"{group:12} {function:21} {size:6}  {per_record[(group, function, size)]:10.0f} instructions/record", flush=True)
+    print()
+    print("start  handler  records   bare loop   processor   added   ratio   (instructions per record)")
+    for start in ("batch", "bytes"):
+        for name in ("json", "empty"):
+            for size in sizes:
+                bare = per_record.get((f"{start}_{name}", "bare_loop", size))
+                processor = per_record.get((f"{start}_{name}", "processor", size))
+                if bare is None or processor is None:
+                    continue
+                print(f"{start:6} {name:7} {size:8}  {bare:10.0f}  {processor:10.0f}  {processor - bare:6.0f}  {processor / bare:6.2f}")
+    for function in ("processor", "processor_from_bytes"):
+        for size in sizes:
+            figure = per_record.get(("duplicate", function, size))
+            if figure is not None:
+                print(f"duplicate {function:21} {size:6}  {figure:10.0f} instructions/record")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
