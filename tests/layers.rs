@@ -12,27 +12,27 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::faults::{Chaos, ChaosLevels, faulty};
-use kinesis_checkpoint::store::{CheckpointStore, SeedStore};
+use kinesis_checkpoint::store::{CheckpointStore, SeedStore, every_field};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
 
 #[tokio::test]
 async fn the_fault_layer_with_its_faults_off_hands_every_field_on() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    common::every_field::reach(&faulty(memory.clone()), &memory).await;
+    every_field::reach(&faulty(memory.clone()), &memory).await;
 }
 
 #[tokio::test]
 async fn the_chaos_layer_at_zero_levels_hands_every_field_on() {
     let memory = Arc::new(MemoryLeaseStore::new());
     let chaos = Chaos::new(memory.clone(), ChaosLevels::default(), 7).around_store();
-    common::every_field::reach(&chaos, &memory).await;
+    every_field::reach(&chaos, &memory).await;
     assert_eq!(*chaos.layer().injected.lock().unwrap(), [0; 4]);
 }
 
 #[tokio::test]
 async fn the_skew_layer_hands_every_field_on_and_shifts_only_the_lease_ttl() {
     let memory = Arc::new(MemoryLeaseStore::new());
-    common::every_field::reach(&skew::skewed(memory.clone(), 0), &memory).await;
+    every_field::reach(&skew::skewed(memory.clone(), 0), &memory).await;
 
     let behind = skew::skewed(memory.clone(), -50_000);
     let key = LeaseKey::new("orders", "shardId-000000000009");

@@ -105,7 +105,7 @@ pub(crate) type Metered = Layered<dyn CheckpointStore, Timed>;
 mod tests {
     use super::*;
     use crate::store::MemoryLeaseStore;
-    use crate::store::layer::every_field;
+    use crate::store::every_field;
 
     #[tokio::test]
     async fn the_timed_store_hands_every_field_on_and_times_each_final_write() {

@@ -37,6 +37,8 @@
 mod checkpoints;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(feature = "testing")]
+pub mod every_field;
 mod layer;
 mod lease;
 pub mod memory;

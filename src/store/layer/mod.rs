@@ -21,8 +21,6 @@ use crate::sequence::Position;
 
 mod call;
 #[cfg(test)]
-pub(crate) mod every_field;
-#[cfg(test)]
 mod tests;
 
 use call::Args;

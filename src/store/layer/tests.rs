@@ -2,7 +2,7 @@ use std::sync::Mutex;
 
 use super::call::Args;
 use super::*;
-use crate::store::MemoryLeaseStore;
+use crate::store::{MemoryLeaseStore, every_field};
 
 /// Passes every call on, noting what it saw.
 #[derive(Default)]
