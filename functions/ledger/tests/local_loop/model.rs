@@ -258,8 +258,14 @@ impl Model {
                 "failing",
                 "reported",
                 "parent_shards",
+                "parentless",
                 "expires_at",
             ];
+            // "No parents" is recorded only where no parents are.
+            assert!(
+                !(row.contains_key("parentless") && row.contains_key("parent_shards")),
+                "{key}: {row:?}"
+            );
             assert!(
                 row.keys().all(|k| known.contains(&k.as_str())),
                 "{key}: {row:?}"
