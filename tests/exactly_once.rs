@@ -11,18 +11,17 @@
 mod common;
 
 use std::collections::HashMap;
-use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Update};
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::deaths::{Death, Deaths, Reaper, count_up};
 use common::{batch, n_of};
 use kinesis_checkpoint::clock::{Clock, TokioClock};
-use kinesis_checkpoint::effects::{ItemId, Write, Writes};
+use kinesis_checkpoint::effects::{ItemId, Writes};
 use kinesis_checkpoint::processor::Effect;
-use kinesis_checkpoint::store::{Call, Layer, Layered, LeaseError, Next, Operation};
-use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint::store::{Layered, Operation};
+use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";
@@ -30,90 +29,12 @@ const SHARD: &str = "shardId-000000000000";
 const RECORDS: u64 = 250;
 const TABLE: &str = "orders";
 
-/// Where an invocation dies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Death {
-    /// Before the store call of this index (claims, commits, transactions) is sent.
-    BeforeCall(usize),
-    /// After that call was applied, before its answer arrives.
-    AfterCall(usize),
-    /// After the handler of record `n` did its work (the plain handler's effect, the
-    /// transactional handler's staging).
-    AfterRecord(u64),
-}
-
-impl fmt::Display for Death {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BeforeCall(index) => write!(f, "before store call {index}"),
-            Self::AfterCall(index) => write!(f, "after store call {index}"),
-            Self::AfterRecord(n) => write!(f, "after record {n}"),
-        }
-    }
-}
-
-/// The death planned for one delivery, and the signal that it happened.
-#[derive(Default)]
-struct Reaper {
-    plan: Mutex<Option<Death>>,
-    calls: AtomicUsize,
-    died: tokio::sync::Notify,
-}
-
-impl Reaper {
-    /// Dies here: signals the death and never returns (the invocation is dropped).
-    async fn die(&self) {
-        *self.plan.lock().unwrap() = None;
-        self.died.notify_one();
-        std::future::pending::<()>().await;
-    }
-
-    fn planned(&self, death: Death) -> bool {
-        *self.plan.lock().unwrap() == Some(death)
-    }
-}
-
-/// Kills the invocation at the reaper's store call.
-struct Deaths(Arc<Reaper>);
-
-impl Layer for Deaths {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
-        &'a self,
-        call: Call<'a>,
-        next: Next<'a, T>,
-    ) -> BoxFuture<'a, Result<T, LeaseError>> {
-        let counted = matches!(
-            call.operation(),
-            Operation::AcquireAndRead | Operation::Commit | Operation::Transact
-        );
-        Box::pin(async move {
-            if !counted {
-                return next.run(call).await;
-            }
-            let index = self.0.calls.fetch_add(1, Ordering::SeqCst);
-            if self.0.planned(Death::BeforeCall(index)) {
-                self.0.die().await;
-            }
-            let answer = next.run(call).await;
-            if self.0.planned(Death::AfterCall(index)) {
-                self.0.die().await;
-            }
-            answer
-        })
-    }
-}
-
-fn count_up(n: u64) -> Write {
-    Write::update(
-        Update::builder()
-            .table_name(TABLE)
-            .key("id", AttributeValue::S(format!("order-{n}")))
-            .update_expression("ADD applied :one")
-            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
-            .build()
-            .unwrap(),
-    )
-}
+/// The store calls a death can strike before or after.
+const COUNTED: &[Operation] = &[
+    Operation::AcquireAndRead,
+    Operation::Commit,
+    Operation::Transact,
+];
 
 /// How many times each record's effect landed, by record.
 type Applied = Vec<u64>;
@@ -125,7 +46,10 @@ async fn scenario(death: Death, transactional: bool) -> Applied {
     let reaper = Arc::new(Reaper::default());
     let store = Arc::new(Layered::new(
         Arc::clone(&memory) as Arc<dyn kinesis_checkpoint::store::CheckpointStore>,
-        Deaths(Arc::clone(&reaper)),
+        Deaths {
+            reaper: Arc::clone(&reaper),
+            counted: COUNTED,
+        },
     ));
     let plain_effects: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
     let event = batch(STREAM, SHARD, 0..RECORDS);
@@ -152,7 +76,7 @@ async fn scenario(death: Death, transactional: bool) -> Applied {
                     let reaper = Arc::clone(&reaper);
                     async move {
                         on_record(n, reaper).await;
-                        Effect::Commit(Writes::from(count_up(n)))
+                        Effect::Commit(Writes::from(count_up(TABLE, n)))
                     }
                 })
                 .clock(clock);

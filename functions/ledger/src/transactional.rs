@@ -113,6 +113,7 @@ async fn effect(book: &impl Book, table: &str, record: &Record) -> Effect {
 mod tests {
     use std::collections::HashMap;
 
+    use kinesis_checkpoint::processor::CheckpointMode;
     use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Processor};
 
     use super::*;
@@ -151,13 +152,12 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(text)
     }
 
-    #[tokio::test]
-    async fn orders_are_applied_in_the_store_s_tables_with_the_checkpoint() {
-        let store = Arc::new(MemoryLeaseStore::new());
-        let processor = Processor::transactional(
-            store.clone(),
-            handler(Arc::new(MemoryBook::default()), "ledger"),
-        );
+    /// Delivers three orders (two of `A-1`) twice through `processor` and checks that each
+    /// was applied once, in the store's `ledger` table, in two transactions.
+    async fn delivered_twice_applied_once<H: kinesis_checkpoint::Handler, M: CheckpointMode>(
+        processor: &Processor<H, M>,
+        store: &MemoryLeaseStore,
+    ) {
         let event = event(&[("A-1", 100), ("A-1", 50), ("B-2", 7)]);
         let context = lambda_runtime::Context::default();
         for _ in 0..2 {
@@ -175,6 +175,16 @@ mod tests {
             "delivered twice, applied once"
         );
         assert_eq!(store.transactions(), 2, "A-1 twice: two transactions");
+    }
+
+    #[tokio::test]
+    async fn orders_are_applied_in_the_store_s_tables_with_the_checkpoint() {
+        let store = Arc::new(MemoryLeaseStore::new());
+        let processor = Processor::transactional(
+            store.clone(),
+            handler(Arc::new(MemoryBook::default()), "ledger"),
+        );
+        delivered_twice_applied_once(&processor, &store).await;
         let row = kinesis_checkpoint::store::CheckpointStore::read(
             store.as_ref(),
             &LeaseKey::new("orders", "shardId-000000000000"),
@@ -191,23 +201,7 @@ mod tests {
             store.clone(),
             handler(Arc::new(MemoryBook::default()), "ledger"),
         );
-        let event = event(&[("A-1", 100), ("A-1", 50), ("B-2", 7)]);
-        let context = lambda_runtime::Context::default();
-        for _ in 0..2 {
-            let response = processor.process(event.clone(), &context).await.unwrap();
-            assert!(response.batch_item_failures.is_empty());
-        }
-        let key = |order: &str| {
-            HashMap::from([("order_id".to_owned(), AttributeValue::S(order.to_owned()))])
-        };
-        let a = store.item("ledger", &key("A-1")).unwrap();
-        assert_eq!(a["total_cents"], AttributeValue::N("150".into()));
-        assert_eq!(
-            a["applied"],
-            AttributeValue::N("2".into()),
-            "delivered twice, applied once"
-        );
-        assert_eq!(store.transactions(), 2, "A-1 twice: two transactions");
+        delivered_twice_applied_once(&processor, &store).await;
         let shard = LeaseKey::new("orders", "shardId-000000000000");
         let row = kinesis_checkpoint::store::CheckpointStore::read(
             store.as_ref(),
