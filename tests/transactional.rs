@@ -5,14 +5,14 @@ mod common;
 #[path = "common/kpl.rs"]
 mod kpl_encoder;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, create_table, unique};
+use common::writes::{count_up, id_key, orders, put_once};
 use common::{batch, context, n_of, reported, sequence};
 use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
-use kinesis_checkpoint::effects::{ItemId, OnConditionFailed, Write, Writes};
+use kinesis_checkpoint::effects::{ItemId, OnConditionFailed, Writes};
 use kinesis_checkpoint::processor::Effect;
 use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::store::{CheckpointStore, Commit, Transacted, Transaction};
@@ -23,50 +23,6 @@ const SHARD: &str = "shardId-000000000000";
 
 fn key() -> LeaseKey {
     LeaseKey::new(STREAM, SHARD)
-}
-
-fn id_key(id: &str) -> HashMap<String, AttributeValue> {
-    HashMap::from([("id".to_owned(), AttributeValue::S(id.to_owned()))])
-}
-
-/// A put of order `id` into `table`, only if it is not there yet.
-fn put_once(table: &str, id: &str, n: u64) -> Write {
-    let put = Put::builder()
-        .table_name(table)
-        .item("id", AttributeValue::S(id.to_owned()))
-        .item("n", AttributeValue::N(n.to_string()))
-        .condition_expression("attribute_not_exists(id)")
-        .build()
-        .unwrap();
-    Write::put(put, &["id"]).unwrap()
-}
-
-/// An update that adds 1 to `count` of item `id`.
-fn count_up(table: &str, id: &str) -> Write {
-    Write::update(
-        Update::builder()
-            .table_name(table)
-            .set_key(Some(id_key(id)))
-            .update_expression("ADD #count :one")
-            .expression_attribute_names("#count", "count")
-            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
-            .build()
-            .unwrap(),
-    )
-}
-
-/// A handler that puts order `order-{id(n)}` once for each record `n`.
-fn orders(
-    table: &'static str,
-    id: impl Fn(u64) -> u64 + Send + Sync + 'static,
-    policy: OnConditionFailed,
-) -> impl Fn(Record) -> std::future::Ready<Effect> + Send + Sync + 'static {
-    move |record: Record| {
-        let n = n_of(&record);
-        let writes = Writes::from(put_once(table, &format!("order-{}", id(n)), n))
-            .on_condition_failed(policy);
-        std::future::ready(Effect::Commit(writes))
-    }
 }
 
 async fn checkpoint_of(store: &dyn CheckpointStore) -> Option<String> {

@@ -10,6 +10,7 @@ pub mod kinesis;
 pub mod moto;
 pub mod sqs;
 pub mod watch;
+pub mod writes;
 
 use std::path::PathBuf;
 
