@@ -320,33 +320,45 @@ async fn dynamodb_finishes_a_shard_only_when_nothing_is_left_undone_at_its_check
             .send()
             .await
             .unwrap();
+        assert_finishes_only_when_nothing_is_undone(&store, &key, &state, finishable, what).await;
+    }
+}
+
+/// Reads the row `state` was written as, then finishes it: written (and cleared of any
+/// position inside an aggregate) exactly when `finishable`, untouched otherwise.
+async fn assert_finishes_only_when_nothing_is_undone(
+    store: &impl CheckpointStore,
+    key: &LeaseKey,
+    state: &LeaseState,
+    finishable: bool,
+    what: &str,
+) {
+    assert_eq!(
+        store.read(key).await.unwrap().unfinished().is_none(),
+        finishable,
+        "{what}"
+    );
+    let written = store
+        .finish(key, state.checkpoint.as_deref(), 1_900_000_000)
+        .await
+        .unwrap();
+    assert_eq!(written, finishable, "{what}");
+    let row = store.read(key).await.unwrap();
+    if finishable {
         assert_eq!(
-            store.read(&key).await.unwrap().unfinished().is_none(),
-            finishable,
+            row.checkpoint.as_deref(),
+            Some(kinesis_checkpoint::sequence::SHARD_END),
             "{what}"
         );
-        let written = store
-            .finish(&key, state.checkpoint.as_deref(), 1_900_000_000)
-            .await
-            .unwrap();
-        assert_eq!(written, finishable, "{what}");
-        let row = store.read(&key).await.unwrap();
-        if finishable {
-            assert_eq!(
-                row.checkpoint.as_deref(),
-                Some(kinesis_checkpoint::sequence::SHARD_END),
-                "{what}"
-            );
-            assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");
-            assert_eq!(
-                (row.aggregate_sequence, row.checkpoint_sub),
-                (None, None),
-                "{what}"
-            );
-        } else {
-            assert_eq!(row.checkpoint, state.checkpoint, "{what}: untouched");
-            assert_eq!(row.expires_at, None, "{what}");
-        }
+        assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");
+        assert_eq!(
+            (row.aggregate_sequence, row.checkpoint_sub),
+            (None, None),
+            "{what}"
+        );
+    } else {
+        assert_eq!(row.checkpoint, state.checkpoint, "{what}: untouched");
+        assert_eq!(row.expires_at, None, "{what}");
     }
 }
 
@@ -395,28 +407,7 @@ async fn memory_finishes_a_shard_only_when_nothing_is_left_undone_at_its_checkpo
             ),
             "{what}: written as meant"
         );
-        assert_eq!(row.unfinished().is_none(), finishable, "{what}");
-        let written = store
-            .finish(&key, state.checkpoint.as_deref(), 1_900_000_000)
-            .await
-            .unwrap();
-        assert_eq!(written, finishable, "{what}");
-        let row = store.read(&key).await.unwrap();
-        if finishable {
-            assert_eq!(
-                row.checkpoint.as_deref(),
-                Some(kinesis_checkpoint::sequence::SHARD_END),
-                "{what}"
-            );
-            assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");
-            assert_eq!(
-                (row.aggregate_sequence, row.checkpoint_sub),
-                (None, None),
-                "{what}"
-            );
-        } else {
-            assert_eq!(row.checkpoint, state.checkpoint, "{what}: untouched");
-        }
+        assert_finishes_only_when_nothing_is_undone(&store, &key, &state, finishable, what).await;
     }
 }
 

@@ -7,14 +7,14 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
-use common::faults::faulty;
+use common::faults::{Faults, Faulty, faulty};
 use common::{batch, context, n_of, reported, sequence};
 use kinesis_checkpoint::effects::{ItemId, Write, Writes};
 use kinesis_checkpoint::processor::Effect;
-use kinesis_checkpoint::report::{Disposition, StopReason};
+use kinesis_checkpoint::report::{BatchReport, Disposition, StopReason};
 use kinesis_checkpoint::store::{CheckpointStore, LeaseState};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Processor, Record};
 
@@ -94,37 +94,51 @@ fn assert_done_whole(row: &LeaseState, counter: u64) {
     assert_eq!(row.contended, None);
 }
 
+/// The arrange step of each fault test: the memory store behind `Faulty`, with the fault
+/// `arm` picks turned on, and the first delivery's report of the batch.
+async fn first_delivery_with(
+    arm: fn(&Faults<MemoryLeaseStore>) -> &AtomicBool,
+) -> (
+    Arc<MemoryLeaseStore>,
+    Arc<Faulty<MemoryLeaseStore>>,
+    BatchReport,
+) {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(faulty(memory.clone()));
+    arm(store.layer()).store(true, Ordering::SeqCst);
+    let report = processor(store.clone())
+        .process_batch(batch(STREAM, SHARD, 0..RECORDS), &context("a", 60_000))
+        .await
+        .unwrap();
+    (memory, store, report)
+}
+
+/// The first delivery stopped at its first record with none recorded, and reported it: why.
+fn stopped_at_the_first_record(report: &BatchReport) -> StopReason {
+    let shard = &report.shards[0];
+    let (stopped, reason) = shard.stopped.clone().expect("stopped");
+    assert_eq!(stopped.to_string(), sequence(0));
+    assert_eq!(
+        shard.count(Disposition::Uncheckpointed),
+        COUNT,
+        "none recorded"
+    );
+    assert_eq!(shard.checkpoint, None, "as far as the engine knows");
+    assert_eq!(reported(&report.response()), vec![sequence(0)]);
+    reason
+}
+
 #[tokio::test]
 async fn refused_transactions_commit_nothing_report_the_first_record_and_release_the_lease_for_the_redelivery()
  {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(faulty(memory.clone()));
-    store.layer().transact_fails.store(true, Ordering::SeqCst);
-    let event = batch(STREAM, SHARD, 0..RECORDS);
-    let report = processor(store.clone())
-        .process_batch(event.clone(), &context("a", 60_000))
-        .await
-        .unwrap();
-    let shard = &report.shards[0];
-    let (stopped, reason) = shard.stopped.clone().expect("stopped at the transaction");
-    assert_eq!(stopped.to_string(), sequence(0));
-    let StopReason::CheckpointFailed(error) = reason else {
-        panic!("a failed checkpoint: {reason:?}");
+    let (memory, store, report) = first_delivery_with(|faults| &faults.transact_fails).await;
+    let StopReason::CheckpointFailed(error) = stopped_at_the_first_record(&report) else {
+        panic!("a failed checkpoint: {:?}", report.shards[0].stopped);
     };
     assert!(
         error.contains("ProvisionedThroughputExceededException"),
         "{error}"
     );
-    assert!(
-        shard
-            .records
-            .iter()
-            .all(|record| record.disposition == Disposition::Uncheckpointed),
-        "every record ran and none is recorded: {:?}",
-        shard.records
-    );
-    assert_eq!(shard.checkpoint, None);
-    assert_eq!(reported(&report.response()), vec![sequence(0)]);
     assert_eq!(applied(&memory), vec![0; COUNT], "nothing landed");
     assert_eq!(memory.transactions(), 0);
     let after = row(&memory);
@@ -134,7 +148,7 @@ async fn refused_transactions_commit_nothing_report_the_first_record_and_release
 
     store.layer().transact_fails.store(false, Ordering::SeqCst);
     let again = processor(store)
-        .process(event, &context("b", 60_000))
+        .process(batch(STREAM, SHARD, 0..RECORDS), &context("b", 60_000))
         .await
         .unwrap();
     assert!(reported(&again).is_empty());
@@ -183,27 +197,12 @@ async fn a_transaction_whose_answer_was_lost_and_that_the_sdk_resends_with_its_t
 #[tokio::test]
 async fn a_transaction_whose_answer_was_lost_for_good_is_reported_and_its_redelivery_applies_nothing_again()
  {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(faulty(memory.clone()));
-    store
-        .layer()
-        .lose_transact_answer
-        .store(true, Ordering::SeqCst);
-    let event = batch(STREAM, SHARD, 0..RECORDS);
-    let report = processor(store.clone())
-        .process_batch(event.clone(), &context("a", 60_000))
-        .await
-        .unwrap();
-    let shard = &report.shards[0];
-    let (stopped, reason) = shard.stopped.clone().expect("the engine saw an error");
-    assert_eq!(stopped.to_string(), sequence(0));
+    let (memory, store, report) = first_delivery_with(|faults| &faults.lose_transact_answer).await;
+    let reason = stopped_at_the_first_record(&report);
     assert!(
         matches!(&reason, StopReason::CheckpointFailed(error) if error.contains("connection was reset")),
         "{reason:?}"
     );
-    assert_eq!(shard.count(Disposition::Uncheckpointed), COUNT);
-    assert_eq!(shard.checkpoint, None, "as far as the engine knows");
-    assert_eq!(reported(&report.response()), vec![sequence(0)]);
     // The first transaction did land: its 99 records and the checkpoint at the 99th.
     let landed: Vec<u64> = (0..RECORDS).map(|n| u64::from(n < 99)).collect();
     assert_eq!(applied(&memory), landed);
@@ -212,7 +211,7 @@ async fn a_transaction_whose_answer_was_lost_for_good_is_reported_and_its_redeli
     assert_eq!(after.lease_owner, None, "released after the error");
 
     let again = processor(store)
-        .process_batch(event, &context("b", 60_000))
+        .process_batch(batch(STREAM, SHARD, 0..RECORDS), &context("b", 60_000))
         .await
         .unwrap();
     let shard = &again.shards[0];
@@ -234,23 +233,12 @@ async fn a_transaction_whose_answer_was_lost_for_good_is_reported_and_its_redeli
 #[tokio::test]
 async fn a_transaction_after_its_lease_was_stolen_is_fenced_commits_nothing_and_leaves_the_lease_to_its_thief()
  {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Arc::new(faulty(memory.clone()));
-    store
-        .layer()
-        .steal_before_transact
-        .store(true, Ordering::SeqCst);
-    let report = processor(store.clone())
-        .process_batch(batch(STREAM, SHARD, 0..RECORDS), &context("a", 60_000))
-        .await
-        .unwrap();
-    let shard = &report.shards[0];
-    let (stopped, reason) = shard.stopped.clone().expect("fenced");
-    assert_eq!(stopped.to_string(), sequence(0));
-    assert_eq!(reason, StopReason::CheckpointFenced);
-    assert_eq!(shard.count(Disposition::Uncheckpointed), COUNT);
-    assert_eq!(shard.checkpoint, None);
-    assert_eq!(reported(&report.response()), vec![sequence(0)]);
+    let (memory, _store, report) =
+        first_delivery_with(|faults| &faults.steal_before_transact).await;
+    assert_eq!(
+        stopped_at_the_first_record(&report),
+        StopReason::CheckpointFenced
+    );
     assert_eq!(
         applied(&memory),
         vec![0; COUNT],
