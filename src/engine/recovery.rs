@@ -18,7 +18,7 @@ use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, RecordReports, ShardReport, StopReason};
-use crate::sequence::Position;
+use crate::sequence::{Position, SequenceNumber};
 use crate::store::LeaseState;
 
 /// The batch's entries with the recovered ones first.
@@ -144,6 +144,7 @@ fn prepend(
         rest,
         complete,
         records: read,
+        ..
     } = skipped;
     let unchanged = |entries, gap| Recovery {
         entries,
@@ -263,6 +264,8 @@ pub(crate) struct Skipped {
     pub(crate) complete: bool,
     /// How many stream records were read (a KPL aggregate counts once).
     pub(crate) records: usize,
+    /// The last record read before `rest`, filtered out or not.
+    pub(crate) read_to: Option<SequenceNumber>,
 }
 
 impl Skipped {
@@ -325,6 +328,7 @@ pub(crate) async fn read_skipped<H>(
             rest = records.drain(young..).next();
         }
     }
+    let read_to = records.last().map(|last| last.sequence().clone());
     let mut entries = unpack(settings, records);
     entries.retain(|entry| (keep.filter)(entry));
     Ok(Skipped {
@@ -332,6 +336,7 @@ pub(crate) async fn read_skipped<H>(
         rest: rest.map_or_else(Vec::new, |rest| unpack(settings, vec![rest])),
         complete,
         records: read,
+        read_to,
     })
 }
 

@@ -83,6 +83,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use self::by_key::{KeyTail, KeyVerdict};
 use self::by_key::Scans;
 pub(crate) use self::by_shard::Verdict;
 #[cfg(feature = "kinesis")]
@@ -94,6 +95,13 @@ pub use self::topology::{
 use crate::key::LeaseKey;
 pub use crate::report::Held;
 use crate::store::{CheckpointStore, LeaseState};
+
+/// Lambda's longest invocation: 15 minutes.
+const LONGEST_INVOCATION: Duration = Duration::from_mins(15);
+
+/// An event source mapping's longest batching window (`MaximumBatchingWindowInSeconds`): 5
+/// minutes.
+const LONGEST_WINDOW: Duration = Duration::from_mins(5);
 
 /// The parent gate: see the [module documentation](self).
 ///
@@ -271,14 +279,19 @@ impl Gate {
         by_shard::check(&self.lineage, store, key, state, aged).await
     }
 
-    /// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent
-    /// is finished, why the child waits otherwise (see [`partition_key`](crate::PartitionKeyMode)).
+    /// Whether the shard of `key` may run now in the partition-key mode (see
+    /// [`partition_key`](crate::PartitionKeyMode)), and the closed parent's tail its invocation
+    /// may run, when no invocation of the parent can run any of it: only with a [record
+    /// age](Self::maximum_record_age) (see `by_key`).
     pub(crate) async fn check_partition_keys(
         &self,
         store: &dyn CheckpointStore,
         key: &LeaseKey,
-    ) -> Option<Held> {
-        by_key::check(&self.lineage, &self.scans, store, key).await
+    ) -> KeyVerdict {
+        let tails = self
+            .maximum_record_age
+            .map(|age| crate::store::memory::millis(age + LONGEST_INVOCATION + LONGEST_WINDOW));
+        by_key::check(&self.lineage, &self.scans, store, key, tails).await
     }
 }
 

@@ -94,6 +94,7 @@ mod commits;
 mod gaps;
 mod last_write;
 mod rows;
+mod tail;
 #[cfg(feature = "dynamodb")]
 mod transact;
 
@@ -113,14 +114,9 @@ pub(crate) async fn run_shard<H: Handler>(
     invocation: &Invocation,
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
-    let report = ShardReport::empty(key.clone());
-    let held = match settings.gate.as_deref() {
-        Some(gate) => {
-            gate.check_partition_keys(settings.store.as_ref(), &key)
-                .await
-        }
-        None => None,
-    };
+    let mut report = ShardReport::empty(key.clone());
+    // A closed parent's tail no invocation of the parent can run any more is run here first.
+    let held = tail::gate(settings, &key, invocation, &mut report.parents).await;
 
     // The rows of the batch's partition keys, and the shard's own, read at once.
     let read = read_keys(settings.store.as_ref(), &key, &entries).await;
@@ -312,7 +308,7 @@ pub(crate) fn shard_owner(row: &LeaseState, now: u64) -> Option<&str> {
 /// recorded) as the one reported. The first `recovered` entries are the lane's skipped
 /// records, reported under the gap; when one of them is not done, or the range was read in
 /// part (`cut`: dispatch stopped there), the batch's first record is reported.
-async fn finish<H: Handler>(
+pub(super) async fn finish<H: Handler>(
     runner: &Runner<'_, H>,
     mut report: ShardReport,
     entries: &[Entry],
