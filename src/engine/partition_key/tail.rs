@@ -28,7 +28,11 @@ use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, Held, ShardReport};
 use crate::sequence::{Position, SequenceNumber};
-use crate::store::{Claim, Commit, LeaseState};
+use crate::store::{BoxFuture, Claim, Commit, LeaseState};
+
+/// How many generations of closed parents one invocation runs the tails of, above the delivered
+/// shard: a chain of resharding whose every tail the mapping gave up on.
+const MAX_TAIL_DEPTH: usize = 3;
 
 /// Gates the shard of `key`, running the tails of closed parents the gate names (one per parent,
 /// two at most: a merge): `None` when the shard may run, why it waits otherwise. The tails' reports
@@ -39,26 +43,41 @@ pub(super) async fn gate<H: Handler>(
     invocation: &Invocation,
     parents: &mut Vec<ShardReport>,
 ) -> Option<Held> {
-    let gate = settings.gate.as_deref()?;
-    let mut verdict = gate
-        .check_partition_keys(settings.store.as_ref(), key)
-        .await;
-    while verdict.held.is_some() && parents.len() < 2 {
-        let Some(tail) = verdict.tail.take() else {
-            break;
-        };
-        let Some((report, whole)) = run_tail(settings, key, &tail, invocation).await else {
-            break;
-        };
-        parents.push(report);
-        if !whole {
-            break;
-        }
-        verdict = gate
+    gate_at(settings, key, invocation, parents, 0).await
+}
+
+/// [`gate`] for a shard `depth` generations above the delivered one: a parent's tail runs only
+/// once its own parents are finished (their tails run first, up to [`MAX_TAIL_DEPTH`]).
+fn gate_at<'a, H: Handler>(
+    settings: &'a Settings<H>,
+    key: &'a LeaseKey,
+    invocation: &'a Invocation,
+    parents: &'a mut Vec<ShardReport>,
+    depth: usize,
+) -> BoxFuture<'a, Option<Held>> {
+    Box::pin(async move {
+        let gate = settings.gate.as_deref()?;
+        let mut verdict = gate
             .check_partition_keys(settings.store.as_ref(), key)
             .await;
-    }
-    verdict.held
+        while verdict.held.is_some() && parents.len() < 2 && depth < MAX_TAIL_DEPTH {
+            let Some(tail) = verdict.tail.take() else {
+                break;
+            };
+            let Some((report, whole)) = run_tail(settings, key, &tail, invocation, depth).await
+            else {
+                break;
+            };
+            parents.push(report);
+            if !whole {
+                break;
+            }
+            verdict = gate
+                .check_partition_keys(settings.store.as_ref(), key)
+                .await;
+        }
+        verdict.held
+    })
 }
 
 /// Claims the parent's lease and runs its tail: `None` when the lease or the records could not
@@ -69,8 +88,17 @@ async fn run_tail<H: Handler>(
     child: &LeaseKey,
     tail: &KeyTail,
     invocation: &Invocation,
+    depth: usize,
 ) -> Option<(ShardReport, bool)> {
     let parent = &tail.parent;
+    // The parent's own parents first: its records come after theirs.
+    let mut above = Vec::new();
+    if let Some(held) = gate_at(settings, parent, invocation, &mut above, depth + 1).await {
+        tracing::info!(%held, parent = parent.shard(), "the closed parent waits for its own parents; the child stays held");
+        let mut report = ShardReport::empty(parent.clone());
+        report.parents = above;
+        return (!report.parents.is_empty()).then_some((report, false));
+    }
     let owner = invocation.owner.as_str();
     let skew = settings.clock_skew.min(settings.lease_ttl / 3);
     let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
@@ -98,10 +126,11 @@ async fn run_tail<H: Handler>(
     // goes on.
     let lease = LeaseWatch::starting_at(sent, ttl, skew);
     let ran = run_claimed(settings, child, tail, &row, invocation, &lease).await;
-    let (report, complete, done_to) = match ran {
+    let (mut report, complete, done_to) = match ran {
         Some(ran) => ran,
         None => (ShardReport::empty(parent.clone()), false, None),
     };
+    report.parents = above;
     let checkpoint = row.position().ok().flatten();
     let commit = Commit {
         checkpoint: done_to
