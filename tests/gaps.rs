@@ -1833,10 +1833,8 @@ struct Ahead(std::sync::atomic::AtomicU64);
 
 impl Ahead {
     fn by(&self, offset: Duration) {
-        self.0.store(
-            u64::try_from(offset.as_millis()).unwrap(),
-            Ordering::SeqCst,
-        );
+        self.0
+            .store(u64::try_from(offset.as_millis()).unwrap(), Ordering::SeqCst);
     }
 }
 
@@ -1888,7 +1886,8 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_the_mapping_gave_up_on_
         context.deadline = kinesis_checkpoint::clock::Clock::now_millis(clock.as_ref()) + 60_000;
         context
     };
-    let deliver = async |event, request: &str| processor.process_batch(event, &at(request)).await.unwrap();
+    let deliver =
+        async |event, request: &str| processor.process_batch(event, &at(request)).await.unwrap();
 
     let first = deliver(setup.delivery(PARENT, 0..1).await, "p1").await;
     assert!(first.shards[0].stopped.is_none());
@@ -1912,7 +1911,10 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_the_mapping_gave_up_on_
     assert!(report.response().batch_item_failures.is_empty());
     let tail = &report.shards[0].parents;
     assert_eq!(tail.len(), 1, "{report:?}");
-    assert_eq!(tail[0].key, LeaseKey::new(setup.stream.name.as_str(), PARENT));
+    assert_eq!(
+        tail[0].key,
+        LeaseKey::new(setup.stream.name.as_str(), PARENT)
+    );
     assert_eq!(tail[0].count(Disposition::Processed), 2, "{tail:?}");
     assert_eq!(
         seen.all(),
@@ -2000,7 +2002,7 @@ async fn in_the_partition_key_mode_a_child_stays_held_while_its_closed_parents_y
     ));
     // Older than the limit, but a batch the mapping took just before the limit may still be
     // waiting out its batching window, or running.
-    tokio::time::sleep(BEYOND_EVERY_INVOCATION - Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(BEYOND_EVERY_INVOCATION.as_secs() - 1)).await;
     let report = deliver_child(&processor, &stream, &child, "c2").await;
     assert!(
         matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),

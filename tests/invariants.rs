@@ -1516,9 +1516,12 @@ fn run_one(seed: u64) -> (Scenario, Result<Counts, String>, Vec<String>) {
         // A scenario that never ends is a violation too (a shard stuck for good): two minutes
         // of virtual time are hundreds of function time-outs (beside the wait a key-mode
         // scenario with a record age makes for its parents' tails, see `later_batches`).
-        tokio::time::timeout(Duration::from_mins(2) + TAIL_WAIT, run(&scenario, trace.clone()))
-            .await
-            .unwrap_or_else(|_| Err("the run did not end within two minutes".into()))
+        tokio::time::timeout(
+            Duration::from_mins(2) + TAIL_WAIT,
+            run(&scenario, trace.clone()),
+        )
+        .await
+        .unwrap_or_else(|_| Err("the run did not end within two minutes".into()))
     });
     // The runtime goes first: tasks it still holds (a stray invocation) hold the trace too.
     drop(runtime);

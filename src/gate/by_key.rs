@@ -289,8 +289,14 @@ async fn ancestors_finished(
 ) -> Result<Option<KeyVerdict>, LeaseError> {
     for grandparent in parents {
         let grandparent = LeaseKey::new(of.stream(), grandparent.as_str());
-        if let Some(verdict) =
-            Box::pin(parent_keys_finished(lineage, scans, store, &grandparent, tails)).await?
+        if let Some(verdict) = Box::pin(parent_keys_finished(
+            lineage,
+            scans,
+            store,
+            &grandparent,
+            tails,
+        ))
+        .await?
         {
             return Ok(Some(verdict));
         }

@@ -56,13 +56,12 @@
 //! on counts; a batch turned away or refused is marked `contended`), except those the gap
 //! recovery does not cover either (see [`gap`](crate::gap)).
 //!
-//! The partition-key mode's rule is not covered. The same hold exists there (a discarded last
-//! batch of a closed parent leaves its keys' rows short of the parent's records, and the rule
-//! holds the child until the parent expires or is marked `SHARD_END`), but it is one case of a
-//! wider loss the mode does not cover: it has no shard row to remember a report in, so nothing
-//! proves that the mapping gave up on any batch, and it recovers no gap at all (records the
-//! mapping discards are lost there, resharding or not; the invariant scenarios draw no discards
-//! in that mode). Running a parent's tail there would need that proof first.
+//! The partition-key mode has its own rule (`by_key`): no shard row there proves trouble, and no
+//! lease fences a parent key's lane, so a closed parent's tail is run by a held child only once
+//! no invocation of the parent can run any of it, which only a record age
+//! ([`Gate::maximum_record_age`]) bounds: the parent's youngest record older than the limit
+//! plus the longest batching window (5 minutes) and the longest invocation (15 minutes). With
+//! retries finite and no record age, such a tail holds its children until the parent expires.
 //!
 //! The files: `topology` (what the gate asks of the stream), `lineage` (what both rules know
 //! and settle), `by_shard` (the shard mode's rule), `by_key` (the partition-key mode's),
@@ -83,8 +82,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use self::by_key::{KeyTail, KeyVerdict};
 use self::by_key::Scans;
+pub(crate) use self::by_key::{KeyTail, KeyVerdict};
 pub(crate) use self::by_shard::Verdict;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisTopology;

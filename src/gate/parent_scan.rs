@@ -83,7 +83,10 @@ impl ParentScan {
         }
         for record in records {
             let arrival = crate::clock::millis_since_epoch(record.arrival());
-            self.youngest = Some(self.youngest.map_or(arrival, |youngest| youngest.max(arrival)));
+            self.youngest = Some(
+                self.youngest
+                    .map_or(arrival, |youngest| youngest.max(arrival)),
+            );
             #[cfg(feature = "kpl")]
             let records = match crate::kpl::deaggregate(record) {
                 Ok(records) => records.into_records(),

@@ -15,13 +15,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::commits::Batch;
+use super::finish::finish;
+use super::last_write;
 use super::rows::read_keys;
-use super::{finish, last_write};
 use crate::engine::attempt::Runner;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::{Invocation, LeaseWatch};
 use crate::engine::keyed::{self, Limits, State};
-use crate::engine::recovery::{Keep, Unreadable, read_skipped};
+use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gate::KeyTail;
 use crate::handler::Handler;
@@ -133,9 +134,11 @@ async fn run_tail<H: Handler>(
     report.parents = above;
     let checkpoint = row.position().ok().flatten();
     let commit = Commit {
-        checkpoint: done_to
-            .map(Position::record)
-            .filter(|done| checkpoint.as_ref().is_none_or(|checkpoint| done > checkpoint)),
+        checkpoint: done_to.map(Position::record).filter(|done| {
+            checkpoint
+                .as_ref()
+                .is_none_or(|checkpoint| done > checkpoint)
+        }),
         ..Commit::default()
     };
     let released = match settings.store.commit(parent, owner, &commit).await {
@@ -160,6 +163,38 @@ async fn run_claimed<H: Handler>(
     invocation: &Invocation,
     lease: &LeaseWatch,
 ) -> Option<(ShardReport, bool, Option<SequenceNumber>)> {
+    let skipped = read(settings, child, tail, invocation).await?;
+    let complete = skipped.complete && skipped.rest.is_empty();
+    let report = run_keys(
+        settings,
+        &tail.parent,
+        &skipped.entries,
+        row,
+        (invocation, lease),
+    )
+    .await?;
+    let done_to = match &report.stopped {
+        // Every record before the first not done is done whole.
+        Some((first, _)) => skipped
+            .entries
+            .iter()
+            .map(Entry::sequence)
+            .filter(|sequence| *sequence < first)
+            .max()
+            .cloned(),
+        // Every record read is done, those filtered out too.
+        None => skipped.read_to,
+    };
+    Some((report, complete, done_to))
+}
+
+/// Reads the tail after the parent row's checkpoint to its end, filtered to its keys not done.
+async fn read<H>(
+    settings: &Settings<H>,
+    child: &LeaseKey,
+    tail: &KeyTail,
+    invocation: &Invocation,
+) -> Option<Skipped> {
     let KeyTail {
         parent,
         keys: waiting,
@@ -192,12 +227,21 @@ async fn run_claimed<H: Handler>(
         complete = skipped.complete && skipped.rest.is_empty(),
         "a closed parent's tail holds a child and no invocation of the parent can run it any more (older than the record age limit, the longest batching window and the longest invocation): running it under the parent's lease"
     );
-    let complete = skipped.complete && skipped.rest.is_empty();
-    // Every record read before the first one not run is done once the tail is.
-    let read_to = skipped.read_to;
-    let entries = skipped.entries;
+    Some(skipped)
+}
+
+/// Runs `entries` of the closed `parent` (whose row is `row`) per key in order, dedupe by the
+/// keys' rows and the parent row's checkpoint, and writes the keys' rows: the parent's report.
+/// `None` when the keys' rows could not be read.
+async fn run_keys<H: Handler>(
+    settings: &Settings<H>,
+    parent: &LeaseKey,
+    entries: &[Entry],
+    row: &LeaseState,
+    (invocation, lease): (&Invocation, &LeaseWatch),
+) -> Option<ShardReport> {
     let shard_checkpoint = row.position().ok().flatten();
-    let Ok((keys, _)) = read_keys(settings.store.as_ref(), parent, &entries).await else {
+    let Ok((keys, _)) = read_keys(settings.store.as_ref(), parent, entries).await else {
         tracing::warn!(
             parent = parent.shard(),
             "could not read the closed parent's keys' rows; the child stays held"
@@ -231,10 +275,10 @@ async fn run_claimed<H: Handler>(
         #[cfg(feature = "dynamodb")]
         staged: Some(&staged),
     };
-    let mut run = keyed::run(&runner, &entries, &known, &is_done, 0, limits).await;
+    let mut run = keyed::run(&runner, entries, &known, &is_done, 0, limits).await;
     let batch = Batch {
         key: parent,
-        entries: &entries,
+        entries,
         keys: &keys,
         ttl: settings.key_ttl,
         now: invocation.now(),
@@ -255,22 +299,12 @@ async fn run_claimed<H: Handler>(
     let report = finish(
         &runner,
         ShardReport::empty(parent.clone()),
-        &entries,
+        entries,
         &run,
         refused,
         0,
         None,
     )
     .await;
-    let done_to = match &report.stopped {
-        // Every record before the first not done is done whole.
-        Some((first, _)) => entries
-            .iter()
-            .map(Entry::sequence)
-            .filter(|sequence| *sequence < first)
-            .max()
-            .cloned(),
-        None => read_to,
-    };
-    Some((report, complete, done_to))
+    Some(report)
 }
