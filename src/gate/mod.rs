@@ -203,7 +203,10 @@ impl Gate {
     /// the batch (from the shard's start, for a shard never checkpointed under a
     /// `TRIM_HORIZON` mapping) are read through the topology and run first; an empty read
     /// costs the requests and nothing else. Without it (the default, and Lambda's `-1`), only
-    /// the gaps the row proves are read.
+    /// the gaps the row proves are read. In the partition-key mode it also bounds when no
+    /// invocation of a closed parent can run any of its records (its youngest record older than
+    /// the limit plus 20 minutes): a held child then runs the parent's tail the mapping gave up
+    /// on (see [`check_partition_keys`](Self::check_partition_keys)).
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
