@@ -206,7 +206,7 @@ impl Gate {
     /// the gaps the row proves are read. In the partition-key mode it also bounds when no
     /// invocation of a closed parent can run any of its records (its youngest record older than
     /// the limit plus 20 minutes): a held child then runs the parent's tail the mapping gave up
-    /// on (see [`check_partition_keys`](Self::check_partition_keys)).
+    /// on (see [Parent tail recovery](self#parent-tail-recovery)).
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
