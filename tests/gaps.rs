@@ -1825,3 +1825,252 @@ async fn in_the_partition_key_mode_a_batch_the_invocation_died_on_and_the_mappin
     assert_eq!(a.checkpoint, Some(sequence_of(&first, 2)));
     assert_eq!(a.reported, None, "a is settled");
 }
+
+/// A clock `ahead` of the system's by a moving offset: kinesis-local stamps its records with the
+/// real time, and the processor judges their age on this one.
+#[derive(Debug, Default)]
+struct Ahead(std::sync::atomic::AtomicU64);
+
+impl Ahead {
+    fn by(&self, offset: Duration) {
+        self.0
+            .store(u64::try_from(offset.as_millis()).unwrap(), Ordering::SeqCst);
+    }
+}
+
+impl kinesis_checkpoint::clock::Clock for Ahead {
+    fn now_millis(&self) -> u64 {
+        kinesis_checkpoint::clock::SystemClock.now_millis() + self.0.load(Ordering::SeqCst)
+    }
+
+    fn sleep(&self, duration: Duration) -> kinesis_checkpoint::clock::Sleep {
+        kinesis_checkpoint::clock::SystemClock.sleep(duration)
+    }
+
+    fn monotonic(&self) -> Duration {
+        kinesis_checkpoint::clock::SystemClock.monotonic()
+    }
+}
+
+/// The mapping's record age limit in the partition-key tail tests, and how long after it no
+/// invocation of a parent can run its records any more: the limit, the longest batching window
+/// (5 minutes) and the longest invocation (15 minutes).
+const AGE_LIMIT: Duration = Duration::from_mins(1);
+const BEYOND_EVERY_INVOCATION: Duration = Duration::from_mins(21);
+
+#[tokio::test]
+async fn in_the_partition_key_mode_a_closed_parents_tail_the_mapping_gave_up_on_is_run_by_its_held_child_once_no_invocation_of_the_parent_can_run_it()
+ {
+    let setup = setup(None).await;
+    setup.put("customer", 0..3).await;
+    setup.stream.put("other", 100).await;
+    setup.stream.split(PARENT).await;
+    setup.put("customer", 3..7).await;
+    let child = if setup.stream.batch(LEFT).await.records.is_empty() {
+        RIGHT
+    } else {
+        LEFT
+    };
+    let seen = Seen::default();
+    let lines = Lines::default();
+    let clock = Arc::new(Ahead::default());
+    let gate = Gate::new(setup.topology.clone(), StartingPosition::TrimHorizon)
+        .clock(clock.clone())
+        .maximum_record_age(AGE_LIMIT);
+    let processor = Processor::by_partition_key(Arc::new(setup.store.clone()), seen.handler(&[1]))
+        .clock(clock.clone())
+        .gate(gate)
+        .metrics(lines.metrics());
+    let at = |request: &str| {
+        let mut context = context(request, 0);
+        context.deadline = kinesis_checkpoint::clock::Clock::now_millis(clock.as_ref()) + 60_000;
+        context
+    };
+    let deliver =
+        async |event, request: &str| processor.process_batch(event, &at(request)).await.unwrap();
+
+    let first = deliver(setup.delivery(PARENT, 0..1).await, "p1").await;
+    assert!(first.shards[0].stopped.is_none());
+    // Record 1 fails and the mapping gives up on the parent's last batch (1, 2 and other's 100)
+    // for good; it never delivers the parent again.
+    let failed = deliver(setup.delivery(PARENT, 1..4).await, "p2").await;
+    assert!(failed.shards[0].stopped.is_some());
+    assert_eq!(seen.all(), [0, 100]);
+
+    // Young, the parent's records could still be run by a retry of the mapping's: held.
+    let early = deliver(setup.delivery(child, 0..4).await, "c1").await;
+    assert!(
+        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{early:?}"
+    );
+    assert!(early.shards[0].parents.is_empty(), "{early:?}");
+
+    clock.by(BEYOND_EVERY_INVOCATION + Duration::from_secs(5));
+    let report = deliver(setup.delivery(child, 0..4).await, "c2").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert!(report.response().batch_item_failures.is_empty());
+    let tail = &report.shards[0].parents;
+    assert_eq!(tail.len(), 1, "{report:?}");
+    assert_eq!(
+        tail[0].key,
+        LeaseKey::new(setup.stream.name.as_str(), PARENT)
+    );
+    assert_eq!(tail[0].count(Disposition::Processed), 2, "{tail:?}");
+    assert_eq!(
+        seen.all(),
+        [0, 100, 1, 2, 3, 4, 5, 6],
+        "the parent's tail first, once each, in key order; other's record is done already"
+    );
+    assert_eq!(lines.last()["Recovered"], 2);
+    let parent = setup.row(PARENT).await;
+    assert_eq!(parent.position().unwrap(), Some(Position::ShardEnd));
+    assert_eq!(parent.lease_owner, None, "the parent's lease is released");
+    let customer = setup.key_row(PARENT, "customer").await;
+    assert_eq!(customer.failing, None, "the key is settled");
+}
+
+/// A memory stream on virtual time in the partition-key mode whose shard 0 holds records 0 to 3
+/// of one key and is then split (the key's 4 to 7 go to the child returned); the parent's
+/// records 0 and 1 are done, 2 fails and the mapping gives up on 2 and 3. The gate is told the
+/// mapping's record age when `age`.
+async fn key_tail_setup(
+    age: bool,
+) -> (
+    kinesis_checkpoint::local::MemoryStream,
+    Arc<MemoryLeaseStore>,
+    Seen,
+    Processor<impl Handler + use<>, kinesis_checkpoint::PartitionKeyMode>,
+    String,
+) {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..4_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 4..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let mut gate =
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon).clock(clock.clone());
+    if age {
+        gate = gate.maximum_record_age(AGE_LIMIT);
+    }
+    let processor = Processor::by_partition_key(store.clone(), seen.handler(&[2]))
+        .clock(clock)
+        .gate(gate);
+    for (range, request) in [(0..2, "p1"), (2..4, "p2")] {
+        processor
+            .process_batch(
+                memory_delivery(&stream, PARENT, range),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(seen.all(), [0, 1]);
+    (stream, store, seen, processor, child)
+}
+
+async fn deliver_child(
+    processor: &Processor<impl Handler, kinesis_checkpoint::PartitionKeyMode>,
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    child: &str,
+    request: &str,
+) -> BatchReport {
+    processor
+        .process_batch(
+            memory_delivery(stream, child, 0..4),
+            &context(request, 60_000),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_child_stays_held_while_its_closed_parents_youngest_record_could_still_be_run_by_an_invocation_of_the_parent()
+ {
+    let (stream, store, seen, processor, child) = key_tail_setup(true).await;
+    let early = deliver_child(&processor, &stream, &child, "c1").await;
+    assert!(matches!(
+        &early.shards[0].stopped,
+        Some((_, StopReason::Held(_)))
+    ));
+    // Older than the limit, but a batch the mapping took just before the limit may still be
+    // waiting out its batching window, or running.
+    tokio::time::sleep(Duration::from_secs(BEYOND_EVERY_INVOCATION.as_secs() - 1)).await;
+    let report = deliver_child(&processor, &stream, &child, "c2").await;
+    assert!(
+        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{report:?}"
+    );
+    assert!(report.shards[0].parents.is_empty(), "{report:?}");
+    assert_eq!(seen.all(), [0, 1], "nothing of the parent's tail ran");
+    let parent = LeaseKey::new("orders", PARENT);
+    assert_eq!(store.read(&parent).await.unwrap().lease_owner, None);
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let report = deliver_child(&processor, &stream, &child, "c3").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(report.shards[0].parents[0].count(Disposition::Processed), 2);
+    assert_eq!(seen.all(), (0..8).collect::<Vec<_>>());
+    assert_eq!(
+        store.read(&parent).await.unwrap().position().unwrap(),
+        Some(Position::ShardEnd)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_child_stays_held_while_another_live_owner_holds_its_closed_parents_lease()
+ {
+    let (stream, store, seen, processor, child) = key_tail_setup(true).await;
+    let early = deliver_child(&processor, &stream, &child, "c1").await;
+    assert!(early.shards[0].stopped.is_some());
+    tokio::time::sleep(BEYOND_EVERY_INVOCATION * 2).await;
+    // A consumer of the whole shard (or a sibling child's invocation) holds the parent.
+    let parent = LeaseKey::new("orders", PARENT);
+    let claim = store
+        .acquire_and_read(&parent, "rival", Duration::from_mins(5), None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        claim,
+        kinesis_checkpoint::store::Claim::Acquired(_)
+    ));
+    let report = deliver_child(&processor, &stream, &child, "c2").await;
+    assert!(
+        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{report:?}"
+    );
+    assert_eq!(seen.all(), [0, 1], "nothing of the parent's tail ran");
+    assert_eq!(
+        store.read(&parent).await.unwrap().lease_owner.as_deref(),
+        Some("rival")
+    );
+
+    // Once the rival's lease lapses, the tail runs.
+    tokio::time::sleep(Duration::from_mins(6)).await;
+    let report = deliver_child(&processor, &stream, &child, "c3").await;
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    assert_eq!(seen.all(), (0..8).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_without_a_record_age_told_a_closed_parents_tail_the_mapping_gave_up_on_keeps_its_child_held()
+ {
+    let (stream, store, seen, processor, child) = key_tail_setup(false).await;
+    tokio::time::sleep(Duration::from_hours(6)).await;
+    let report = deliver_child(&processor, &stream, &child, "c1").await;
+    assert!(
+        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{report:?}"
+    );
+    assert!(report.shards[0].parents.is_empty());
+    assert_eq!(seen.all(), [0, 1]);
+    let parent = LeaseKey::new("orders", PARENT);
+    assert_eq!(store.read(&parent).await.unwrap().lease_owner, None);
+}

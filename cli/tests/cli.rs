@@ -675,9 +675,12 @@ fn doctor_finds_nothing_wrong_with_the_repository_template() {
 fn doctor_says_what_to_change_in_a_mapping_that_would_lose_records() {
     let path = broken_template(&[
         ("              - ReportBatchItemFailures\n", ""),
-        ("MaximumRetryAttempts: -1", "MaximumRetryAttempts: 3"),
         (
-            "MaximumRecordAgeInSeconds: -1",
+            "MaximumRetryAttempts: !Ref MaximumRetryAttempts",
+            "MaximumRetryAttempts: 3",
+        ),
+        (
+            "MaximumRecordAgeInSeconds: !Ref MaximumRecordAgeInSeconds",
             "MaximumRecordAgeInSeconds: 3600",
         ),
         (
@@ -695,10 +698,48 @@ fn doctor_says_what_to_change_in_a_mapping_that_would_lose_records() {
         "fix: set `MaximumRetryAttempts: -1`",
         "MaximumRecordAgeInSeconds is 3600",
         "BisectBatchOnFunctionError is on",
-        "3 errors, 1 warnings",
+        // Hard-coded in the mapping, the limits no longer reach the function's gate.
+        "MAXIMUM_RETRY_ATTEMPTS is -1",
+        "MAXIMUM_RECORD_AGE_SECONDS is -1",
+        "5 errors, 1 warnings",
     ] {
         assert!(said.contains(expected), "{expected:?} in:\n{said}");
     }
+}
+
+#[test]
+fn doctor_names_a_finite_mapping_limit_that_the_functions_gate_is_not_told() {
+    // Through the template's parameters, the mapping and the gate agree: only the limit itself
+    // is reported.
+    let told = broken_template(&[(
+        "    Default: -1\n    MinValue: -1\n    MaxValue: 10000\n",
+        "    Default: 3\n    MinValue: -1\n    MaxValue: 10000\n",
+    )]);
+    let (ok, said) = doctor(&told);
+    assert!(!ok, "{said}");
+    assert!(said.contains("MaximumRetryAttempts is 3"), "{said}");
+    assert!(!said.contains("MAXIMUM_RETRY_ATTEMPTS"), "{said}");
+
+    let untold = broken_template(&[
+        (
+            "    Default: -1\n    MinValue: -1\n    MaxValue: 604800\n",
+            "    Default: 3600\n    MinValue: -1\n    MaxValue: 604800\n",
+        ),
+        (
+            "          MAXIMUM_RECORD_AGE_SECONDS: !Ref MaximumRecordAgeInSeconds\n",
+            "",
+        ),
+    ]);
+    let (ok, said) = doctor(&untold);
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("MaximumRecordAgeInSeconds is 3600 but")
+            && said.contains("MAXIMUM_RECORD_AGE_SECONDS is not set")
+            && said.contains(
+                "fix: set the function's environment variable `MAXIMUM_RECORD_AGE_SECONDS`"
+            ),
+        "{said}"
+    );
 }
 
 #[test]
@@ -751,9 +792,10 @@ fn doctor_names_each_permission_the_role_lacks() {
 
 #[test]
 fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
+    // The parameter both the mapping and the function's gate read.
     let path = broken_template(&[(
-        "MaximumRecordAgeInSeconds: -1",
-        "MaximumRecordAgeInSeconds: 60",
+        "    Default: -1\n    MinValue: -1\n    MaxValue: 604800\n",
+        "    Default: 60\n    MinValue: -1\n    MaxValue: 604800\n",
     )]);
     let output = run(
         &[],
@@ -909,6 +951,7 @@ async fn doctor_reads_a_deployed_function_its_mapping_and_its_role_from_the_apis
     for expected in [
         "ReportBatchItemFailures",
         "MaximumRetryAttempts is 2",
+        "MAXIMUM_RETRY_ATTEMPTS is not set",
         "ParallelizationFactor is 2",
         "does not allow kinesis:GetRecords",
     ] {

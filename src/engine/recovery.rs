@@ -18,7 +18,7 @@ use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, RecordReports, ShardReport, StopReason};
-use crate::sequence::Position;
+use crate::sequence::{Position, SequenceNumber};
 use crate::store::LeaseState;
 
 /// The batch's entries with the recovered ones first.
@@ -82,28 +82,15 @@ pub(crate) async fn recover<H>(
             None => return Ok(unchanged(entries, None)),
         },
     };
-    let Some(gate) = settings.gate.as_deref() else {
-        lost(
-            key,
-            &range,
-            "the processor has no gate, whose topology would read them",
-        );
-        return Ok(unchanged(
-            entries,
-            Some(GapReport::new(range, GapOutcome::NoReader)),
-        ));
-    };
-    let read = read(settings, gate, key, &range, invocation).await;
-    let RangeRead { records, complete } = match read {
-        Ok(read) => read,
-        Err(error) if error.downcast_ref::<CannotRead>().is_some() => {
-            lost(key, &range, &error.to_string());
+    let skipped = match read_skipped(settings, key, &range, invocation, Keep::ALL).await {
+        Ok(skipped) => skipped,
+        Err(Unreadable::NoReader) => {
             return Ok(unchanged(
                 entries,
                 Some(GapReport::new(range, GapOutcome::NoReader)),
             ));
         }
-        Err(error) => {
+        Err(Unreadable::Failed(error)) => {
             tracing::warn!(
                 stream = key.stream(),
                 shard = key.shard(),
@@ -116,17 +103,11 @@ pub(crate) async fn recover<H>(
             return Err(Box::new((entries, gap, reason)));
         }
     };
-    if suspicion && complete && records.is_empty() {
+    if suspicion && skipped.complete && skipped.entries.is_empty() && skipped.rest.is_empty() {
         // Nothing was dropped after all: the batch follows its checkpoint.
         return Ok(unchanged(entries, None));
     }
-    prepend(
-        settings,
-        key,
-        range,
-        RangeRead { records, complete },
-        entries,
-    )
+    prepend(key, range, skipped, entries)
 }
 
 /// The range before the batch's `first` entry that the mapping may have dropped for its age
@@ -151,22 +132,27 @@ fn aged<H>(
     )
 }
 
-/// Puts the records read of `range` before the batch's `entries`, unpacked as the batch's are.
-fn prepend<H>(
-    settings: &Settings<H>,
+/// Puts the records read of `range` before the batch's `entries`.
+fn prepend(
     key: &LeaseKey,
     range: SkippedRange,
-    read: RangeRead,
+    skipped: Skipped,
     entries: Vec<Entry>,
 ) -> Result<Recovery, Unrecovered> {
-    let RangeRead { records, complete } = read;
+    let Skipped {
+        entries: mut recovered,
+        rest,
+        complete,
+        records: read,
+        ..
+    } = skipped;
     let unchanged = |entries, gap| Recovery {
         entries,
         recovered: 0,
         cut: None,
         gap,
     };
-    if records.is_empty() {
+    if recovered.is_empty() && rest.is_empty() {
         if complete {
             tracing::warn!(
                 stream = key.stream(),
@@ -186,15 +172,8 @@ fn prepend<H>(
     }
     // Read in part: the last record read does not run here; it is where the next invocation
     // reads on from (the row remembers it as the reported record).
-    let marker = (!complete).then(|| records[records.len() - 1].sequence().clone());
-    let read = records.len();
-    let mut recovered = unpack(settings, records);
-    let cut = marker.map(|marker| {
-        recovered
-            .iter()
-            .position(|entry| *entry.sequence() == marker)
-            .unwrap_or(recovered.len())
-    });
+    let cut = (!rest.is_empty()).then_some(recovered.len());
+    recovered.extend(rest);
     let outcome = if complete {
         tracing::info!(
             stream = key.stream(),
@@ -255,6 +234,112 @@ fn unpack<H>(settings: &Settings<H>, records: Vec<Record>) -> Vec<Entry> {
     entries
 }
 
+/// What to keep of a range read by [`read_skipped`].
+#[derive(Clone, Copy)]
+pub(crate) struct Keep<'a> {
+    /// Only records older than this (epoch milliseconds of age, against the invocation's
+    /// clock): the first younger one is not run, and is where the next delivery reads on.
+    pub(crate) older_than: Option<u64>,
+    /// The entries (unpacked) to run; the others are left out.
+    pub(crate) filter: &'a (dyn Fn(&Entry) -> bool + Sync),
+}
+
+impl Keep<'_> {
+    /// Every record read.
+    pub(crate) const ALL: Keep<'static> = Keep {
+        older_than: None,
+        filter: &|_| true,
+    };
+}
+
+/// What [`read_skipped`] read of a range.
+pub(crate) struct Skipped {
+    /// The records to run, unpacked as a batch's are, in order, filtered.
+    pub(crate) entries: Vec<Entry>,
+    /// The first record not to run here, unpacked: the last one read when the range was read
+    /// in part (the next delivery reads on from it), or the first one too young. Empty when
+    /// every record read is in `entries` or filtered out.
+    pub(crate) rest: Vec<Entry>,
+    /// Whether the whole range was read.
+    pub(crate) complete: bool,
+    /// How many stream records were read (a KPL aggregate counts once).
+    pub(crate) records: usize,
+    /// The last record read before `rest`, filtered out or not.
+    pub(crate) read_to: Option<SequenceNumber>,
+}
+
+impl Skipped {
+    /// Where the next delivery reads on from, when not everything read is to run here.
+    pub(crate) fn unread(&self) -> Option<Position> {
+        self.rest
+            .first()
+            .map(|entry| Position::record(entry.sequence().clone()))
+    }
+}
+
+/// Why [`read_skipped`] read nothing.
+pub(crate) enum Unreadable {
+    /// Nothing can read the range (no gate, or a topology that reads no record): logged as
+    /// lost.
+    NoReader,
+    /// The reading failed; the caller says what that costs.
+    Failed(TopologyError),
+}
+
+/// The one reading of a range the mapping will not deliver (gap recovery in both modes, and a
+/// closed parent's tail): through the gate's topology, within half the time left and
+/// [`MAX_RECOVERED_RECORDS`], unpacked as a batch's records are; `keep` bounds it by age and
+/// filters what runs.
+pub(crate) async fn read_skipped<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    range: &SkippedRange,
+    invocation: &Invocation,
+    keep: Keep<'_>,
+) -> Result<Skipped, Unreadable> {
+    let Some(gate) = settings.gate.as_deref() else {
+        lost(
+            key,
+            range,
+            "the processor has no gate, whose topology would read them",
+        );
+        return Err(Unreadable::NoReader);
+    };
+    let RangeRead {
+        mut records,
+        complete,
+    } = match read(settings, gate, key, range, invocation).await {
+        Ok(read) => read,
+        Err(error) if error.downcast_ref::<CannotRead>().is_some() => {
+            lost(key, range, &error.to_string());
+            return Err(Unreadable::NoReader);
+        }
+        Err(error) => return Err(Unreadable::Failed(error)),
+    };
+    let read = records.len();
+    // Read in part: the last record read is where the next delivery reads on from.
+    let mut rest = if complete { None } else { records.pop() };
+    if let Some(limit) = keep.older_than {
+        let now = invocation.now();
+        let young = records.iter().position(|record| {
+            now.saturating_sub(crate::clock::millis_since_epoch(record.arrival())) <= limit
+        });
+        if let Some(young) = young {
+            rest = records.drain(young..).next();
+        }
+    }
+    let read_to = records.last().map(|last| last.sequence().clone());
+    let mut entries = unpack(settings, records);
+    entries.retain(|entry| (keep.filter)(entry));
+    Ok(Skipped {
+        entries,
+        rest: rest.map_or_else(Vec::new, |rest| unpack(settings, vec![rest])),
+        complete,
+        records: read,
+        read_to,
+    })
+}
+
 /// What a held child's invocation read of a closed parent's tail.
 pub(crate) struct Tail {
     /// The tail's records after the parent's checkpoint (an aggregate the checkpoint is inside
@@ -266,9 +351,9 @@ pub(crate) struct Tail {
 }
 
 /// Reads the tail of the closed `parent`, whose row is `row`, after its checkpoint to the
-/// shard's end, as [gap recovery](recover) reads a skipped range (see the gate's "Parent tail
-/// recovery"). `None` when there is nothing to run: no gate, no record read, or a reading that
-/// failed (logged; the child stays held).
+/// shard's end, with [`read_skipped`] (see the gate's "Parent tail recovery"). `None` when
+/// there is nothing to run: no gate, no record read, or a reading that failed (logged; the
+/// child stays held).
 pub(crate) async fn read_tail<H>(
     settings: &Settings<H>,
     parent: &LeaseKey,
@@ -277,29 +362,6 @@ pub(crate) async fn read_tail<H>(
 ) -> Option<Tail> {
     let gate = settings.gate.as_deref()?;
     let range = gate.tail_range(row)?;
-    let RangeRead { records, complete } = match read(settings, gate, parent, &range, invocation)
-        .await
-    {
-        Ok(read) => read,
-        Err(error) => {
-            tracing::warn!(
-                stream = parent.stream(),
-                parent = parent.shard(),
-                %range,
-                %error,
-                "could not read the tail of a closed parent the mapping no longer delivers; the child stays held"
-            );
-            return None;
-        }
-    };
-    // Read in part: the last record read is where the next invocation reads on from.
-    let mut unread = (!complete)
-        .then(|| records.last().map(|last| last.sequence().clone()))
-        .flatten();
-    let mut records = match &unread {
-        Some(_) => records[..records.len() - 1].to_vec(),
-        None => records,
-    };
     // A parent whose row proves no trouble (no `reported` record, no `contended` mark above
     // its checkpoint; never read: no row at all) has its tail read only because the mapping
     // has a record age limit. Records older than the limit the mapping drops, never delivering
@@ -311,49 +373,44 @@ pub(crate) async fn read_tail<H>(
             .contended
             .as_ref()
             .is_some_and(|mark| checkpoint.as_ref().is_none_or(|done| mark > done));
-    if !proven && let Some((limit, _)) = gate.record_age() {
-        let limit = crate::store::memory::millis(limit);
-        let now = invocation.now();
-        let young = records.iter().position(|record| {
-            now.saturating_sub(crate::clock::millis_since_epoch(record.arrival())) <= limit
-        });
-        if let Some(young) = young {
-            unread = Some(records[young].sequence().clone());
-            records.truncate(young);
+    let older_than = gate
+        .record_age()
+        .filter(|_| !proven)
+        .map(|(limit, _)| crate::store::memory::millis(limit));
+    let keep = Keep {
+        older_than,
+        ..Keep::ALL
+    };
+    let skipped = match read_skipped(settings, parent, &range, invocation, keep).await {
+        Ok(skipped) => skipped,
+        Err(Unreadable::NoReader) => return None,
+        Err(Unreadable::Failed(error)) => {
+            tracing::warn!(
+                stream = parent.stream(),
+                parent = parent.shard(),
+                %range,
+                %error,
+                "could not read the tail of a closed parent the mapping no longer delivers; the child stays held"
+            );
+            return None;
         }
-    }
-    if records.is_empty() {
+    };
+    if skipped.entries.is_empty() {
         return None;
     }
     tracing::info!(
         stream = parent.stream(),
         parent = parent.shard(),
         %range,
-        records = records.len(),
-        complete,
+        records = skipped.records,
+        complete = skipped.complete,
         "a closed parent's tail holds a child and its row proves trouble: running the tail under the parent's lease"
     );
+    let unread = skipped.unread();
     Some(Tail {
-        entries: unpack(settings, records),
-        unread: unread.map(Position::record),
+        entries: skipped.entries,
+        unread,
     })
-}
-
-/// Reads `range` of the shard of `key` for the partition-key mode, as [`recover`] reads one
-/// (within half the time left and [`MAX_RECOVERED_RECORDS`]); the records come unpacked as a
-/// batch's are. `None` when the processor has no gate to read through.
-pub(crate) async fn read_for_keys<H>(
-    settings: &Settings<H>,
-    key: &LeaseKey,
-    range: &SkippedRange,
-    invocation: &Invocation,
-) -> Option<Result<(Vec<Entry>, bool), TopologyError>> {
-    let gate = settings.gate.as_deref()?;
-    Some(
-        read(settings, gate, key, range, invocation)
-            .await
-            .map(|RangeRead { records, complete }| (unpack(settings, records), complete)),
-    )
 }
 
 /// Logs a range nothing can read: neither processed nor dead-lettered.

@@ -3,26 +3,47 @@
 //! the parent's own row's, written by a consumer of the whole shard). What was read of a parent
 //! is kept in [`Scans`] between checks.
 //!
-//! A held child never runs a closed parent's records here, unlike the shard mode's parent tail
-//! recovery: no lease fences a parent key's lane, so nothing proves that no invocation of the
-//! lane runs them now. The mapping's retry schedule is not visible, AWS does not say that the
-//! mapping finishes a parent before delivering its children, and a later batch of the lane
-//! runs the marked range through its own gap recovery, old records included. A parent whose
-//! every record is older than the mapping's record age limit plus the longest invocation
-//! (15 minutes) and the longest batching window (5 minutes) has no invocation left that could
-//! run them; running such a parent from a child (under the parent's shard lease, against
-//! sibling children) would be sound, and is not built. So a parent's discarded tail holds its
-//! children until the parent expires from the stream (the README's "Not covered").
+//! # A closed parent's tail, run by its child
+//!
+//! The mapping may give up on a closed parent's last batches (finite `MaximumRetryAttempts`,
+//! a record age, a bisected half), and it never delivers the parent again: its keys' rows stay
+//! short of the parent's records, and the child would be held until the parent expires, those
+//! records lost. A held child's invocation may run them itself only when no invocation of the
+//! parent can still run any of them. No lease fences a parent key's lane, so that must follow
+//! from time alone, and only the mapping's record age limit ([`Gate::maximum_record_age`]) gives
+//! a bound: the mapping delivers no batch whose records are older than the limit, a batch is
+//! delivered at most the longest batching window (5 minutes) after the mapping took it, and an
+//! invocation lasts at most 15 minutes. A batch of the parent holding its youngest record can
+//! run (through its lane's gap recovery) any older record of the parent, so the rule judges the
+//! parent's youngest record, not the ones not done: once the whole parent has been read (in parts,
+//! as the rule below reads it) and its youngest record's `ApproximateArrivalTimestamp` lies more
+//! than limit + 20 minutes behind the gate's clock, the verdict names the parent
+//! ([`KeyVerdict::tail`]) with its keys not done, and the engine runs their records under the
+//! parent's shard lease (sibling children of a split, or the two parents' child of a merge, never
+//! run it twice at once; another live owner, a consumer of the whole shard, keeps the child
+//! held), then asks again: the parent is then finished and marked `SHARD_END`.
+//!
+//! `MaximumRetryAttempts` alone gives no bound: the row counts no mapping retries, the time
+//! between them is the mapping's (its back-off is not documented, and a throttled or bisected
+//! batch is retried apart from its attempts), so a retry of the parent's last batch may come at
+//! any time until the records expire from the stream. With retries finite and no record age, a
+//! parent's discarded tail still holds its children until the parent expires.
+//!
+//! Cost, only with a record age told: while a key of a closed parent is not done, each held
+//! check also reads on in the parent (one part of at most 10,000 records) until it has read the
+//! whole parent, to learn its youngest record; then nothing more until the rule applies.
+//!
+//! [`Gate::maximum_record_age`]: super::Gate::maximum_record_age
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use super::lineage::{Lineage, held_unknown};
-use super::parent_scan::{self, ParentScan};
+use super::parent_scan::{self, ParentScan, end_of_everything};
 use super::topology::StartingPosition;
 use crate::key::LeaseKey;
 use crate::report::Held;
-use crate::sequence::Position;
+use crate::sequence::{Position, ReadFrom, SkippedRange};
 use crate::store::{CheckpointStore, LeaseError};
 
 /// What the partition-key mode learnt of closed parents not yet finished.
@@ -46,62 +67,136 @@ impl Scans {
     }
 }
 
-/// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent
-/// is finished, why the child waits otherwise. The shard's parents come from the topology
-/// (cached per process); a parent is finished when its row says `SHARD_END`, when it has
-/// expired, or when it is closed and each of its records is at or below its key's
-/// checkpoint; the gate then marks it `SHARD_END`.
+/// The partition-key mode's verdict on a shard.
+#[derive(Debug, Default)]
+pub(crate) struct KeyVerdict {
+    /// `None` when each parent is finished: the shard may run. Why it waits otherwise.
+    pub(crate) held: Option<Held>,
+    /// The closed parent that holds it, when no invocation of that parent can still run any of
+    /// its records (see [the module](self)): the child's invocation may run them.
+    pub(crate) tail: Option<KeyTail>,
+}
+
+/// A closed parent's tail no invocation of the parent can run any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyTail {
+    /// The parent.
+    pub(crate) parent: LeaseKey,
+    /// Its partition keys not done (each with a record above its row's checkpoint and the
+    /// parent row's), sorted.
+    pub(crate) keys: Vec<String>,
+    /// Where to read: after the parent row's checkpoint (from the horizon without one) to the
+    /// shard's end.
+    pub(crate) range: SkippedRange,
+}
+
+/// Whether the shard of `key` may run now in the partition-key mode (see [`KeyVerdict`]). The
+/// shard's parents come from the topology (cached per process); a parent is finished when its
+/// row says `SHARD_END`, when it has expired, or when it is closed and each of its records is
+/// at or below its key's checkpoint; the gate then marks it `SHARD_END`. `tails`: the age
+/// (milliseconds) past which a closed parent's youngest record proves that no invocation of the
+/// parent can run any of its records; `None` (no record age told): never.
 pub(super) async fn check(
     lineage: &Lineage,
     scans: &Scans,
     store: &dyn CheckpointStore,
     key: &LeaseKey,
-) -> Option<Held> {
+    tails: Option<u64>,
+) -> KeyVerdict {
+    let held = |held| KeyVerdict {
+        held: Some(held),
+        tail: None,
+    };
     let parents = match lineage.shard(key.stream(), key.shard(), false).await {
         Ok(Some(info)) => info.parents,
         Ok(None) => {
-            return Some(Held::Unknown {
+            return held(Held::Unknown {
                 error: format!("shard {} is not listed by the stream", key.shard()),
             });
         }
-        Err(error) => return Some(held_unknown(&error)),
+        Err(error) => return held(held_unknown(&error)),
     };
     for parent in parents {
         let parent = LeaseKey::new(key.stream(), parent.as_str());
-        match parent_keys_finished(lineage, scans, store, &parent).await {
+        match parent_keys_finished(lineage, scans, store, &parent, tails).await {
             Ok(None) => {}
-            Ok(Some(held)) => return Some(held),
-            Err(error) => return Some(held_unknown(&error)),
+            Ok(Some(verdict)) => return verdict,
+            Err(error) => return held(held_unknown(&error)),
         }
     }
-    None
+    KeyVerdict::default()
 }
 
+/// `None` when `parent` is finished; why the child waits otherwise, and the tail it may run.
 async fn parent_keys_finished(
     lineage: &Lineage,
     scans: &Scans,
     store: &dyn CheckpointStore,
     parent: &LeaseKey,
-) -> Result<Option<Held>, LeaseError> {
+    tails: Option<u64>,
+) -> Result<Option<KeyVerdict>, LeaseError> {
     let (row, info) = match lineage.closed_parent(store, parent).await? {
         Ok(closed) => closed,
-        Err(settled) => return Ok(settled),
+        Err(settled) => {
+            return Ok(settled.map(|held| KeyVerdict {
+                held: Some(held),
+                tail: None,
+            }));
+        }
     };
     // A consumer of the whole shard sharing the table (the seed crate's) may have
     // checkpointed the parent: its records up to there are done, whatever their key.
     let shard_checkpoint = row.position()?;
     let mut scan = scans.take(parent);
-    let verdict = scan_parent(lineage, store, parent, shard_checkpoint.as_ref(), &mut scan).await;
+    let learn = tails.is_some();
+    let verdict = scan_parent(
+        lineage,
+        store,
+        parent,
+        shard_checkpoint.as_ref(),
+        (&mut scan, learn),
+    )
+    .await;
     let empty = scan.ends.is_empty();
+    let youngest = scan.youngest.filter(|_| scan.complete);
     scans.keep(parent, scan);
-    if let Some(held) = verdict? {
-        return Ok(Some(held));
+    if let Some((held, waiting)) = verdict? {
+        let now = lineage.clock.now_millis();
+        // No invocation of the parent can run any of its records any more.
+        let beyond = tails
+            .zip(youngest)
+            .is_some_and(|(bound, youngest)| now.saturating_sub(youngest) > bound);
+        let from = match shard_checkpoint {
+            None => Some(ReadFrom::TrimHorizon),
+            Some(Position::Record {
+                sequence,
+                sub_sequence: None,
+            }) => Some(ReadFrom::After(sequence)),
+            // Inside an aggregate: read it again, dedupe drops the sub-records done.
+            Some(Position::Record { sequence, .. }) => Some(ReadFrom::At(sequence)),
+            Some(Position::ShardEnd) => None,
+        };
+        let tail = from
+            .filter(|_| beyond && !waiting.is_empty())
+            .map(|from| KeyTail {
+                parent: parent.clone(),
+                keys: waiting,
+                range: SkippedRange {
+                    from,
+                    before: end_of_everything(),
+                },
+            });
+        return Ok(Some(KeyVerdict {
+            held: Some(held),
+            tail,
+        }));
     }
     // An empty parent is finished only once its own parents are (see `parent_finished`).
     if empty
-        && let Some(held) = ancestors_finished(lineage, scans, store, parent, &info.parents).await?
+        && let Some(verdict) =
+            ancestors_finished(lineage, scans, store, parent, &info.parents, tails).await?
     {
-        return Ok(Some(held));
+        return Ok(Some(verdict));
     }
     lineage
         .finish(store, parent, row.checkpoint.as_deref())
@@ -114,14 +209,16 @@ async fn parent_keys_finished(
 }
 
 /// Checks the closed `parent`'s keys against their rows, reading on in the parent only
-/// when every key known so far is done: `None` once every key of the whole parent is.
+/// when every key known so far is done (or, with `learn`, until the whole parent is read: its
+/// youngest record tells when its tail may run from a child): `None` once every key of the
+/// whole parent is done; otherwise why the child waits, and the keys known not done.
 async fn scan_parent(
     lineage: &Lineage,
     store: &dyn CheckpointStore,
     parent: &LeaseKey,
     shard_checkpoint: Option<&Position>,
-    scan: &mut ParentScan,
-) -> Result<Option<Held>, LeaseError> {
+    (scan, learn): (&mut ParentScan, bool),
+) -> Result<Option<(Held, Vec<String>)>, LeaseError> {
     let mut read = false;
     loop {
         let pending: Vec<String> = scan.pending().into_iter().map(str::to_owned).collect();
@@ -131,7 +228,7 @@ async fn scan_parent(
                 .map(|partition_key| crate::key::row_key(parent, partition_key))
                 .collect();
             let states = store.read_rows(&rows).await?;
-            let mut waiting = None;
+            let mut waiting = Vec::new();
             for (partition_key, state) in pending.iter().zip(&states) {
                 let end = &scan.ends[partition_key];
                 let done = state
@@ -144,17 +241,21 @@ async fn scan_parent(
                 let never_read = state.lease_counter == 0;
                 if done {
                     scan.done.insert(partition_key.clone());
-                } else if waiting.is_none()
-                    && (!never_read || lineage.starting_position == StartingPosition::TrimHorizon)
+                } else if !never_read || lineage.starting_position == StartingPosition::TrimHorizon
                 {
-                    waiting = Some(parent_scan::describe(partition_key, end));
+                    waiting.push(partition_key.clone());
                 }
             }
-            if let Some(waiting) = waiting {
-                return Ok(Some(Held::Unfinished {
+            if let Some(first) = waiting.first() {
+                if learn && !scan.complete && !read {
+                    // One part per check, to learn the parent's youngest record.
+                    scan.read_on(lineage.topology.as_ref(), parent).await?;
+                }
+                let held = Held::Unfinished {
                     parent: parent.shard().to_owned(),
-                    checkpoint: Some(waiting),
-                }));
+                    checkpoint: Some(parent_scan::describe(first, &scan.ends[first])),
+                };
+                return Ok(Some((held, waiting)));
             }
         }
         if scan.complete {
@@ -162,13 +263,14 @@ async fn scan_parent(
         }
         if read {
             // One part per check: the next held batch reads on.
-            return Ok(Some(Held::Unfinished {
+            let held = Held::Unfinished {
                 parent: parent.shard().to_owned(),
                 checkpoint: Some(format!(
                     "{} partition keys of the closed parent read so far, all done; reading on",
                     scan.ends.len()
                 )),
-            }));
+            };
+            return Ok(Some((held, Vec::new())));
         }
         scan.read_on(lineage.topology.as_ref(), parent).await?;
         read = true;
@@ -176,20 +278,27 @@ async fn scan_parent(
 }
 
 /// `None` when every one of `parents` (of the shard `of`) is finished by its keys; why it
-/// waits otherwise.
+/// waits otherwise, and the tail it may run.
 async fn ancestors_finished(
     lineage: &Lineage,
     scans: &Scans,
     store: &dyn CheckpointStore,
     of: &LeaseKey,
     parents: &[String],
-) -> Result<Option<Held>, LeaseError> {
+    tails: Option<u64>,
+) -> Result<Option<KeyVerdict>, LeaseError> {
     for grandparent in parents {
         let grandparent = LeaseKey::new(of.stream(), grandparent.as_str());
-        if let Some(held) =
-            Box::pin(parent_keys_finished(lineage, scans, store, &grandparent)).await?
+        if let Some(verdict) = Box::pin(parent_keys_finished(
+            lineage,
+            scans,
+            store,
+            &grandparent,
+            tails,
+        ))
+        .await?
         {
-            return Ok(Some(held));
+            return Ok(Some(verdict));
         }
     }
     Ok(None)

@@ -56,13 +56,12 @@
 //! on counts; a batch turned away or refused is marked `contended`), except those the gap
 //! recovery does not cover either (see [`gap`](crate::gap)).
 //!
-//! The partition-key mode's rule is not covered. The same hold exists there (a discarded last
-//! batch of a closed parent leaves its keys' rows short of the parent's records, and the rule
-//! holds the child until the parent expires or is marked `SHARD_END`), but it is one case of a
-//! wider loss the mode does not cover: it has no shard row to remember a report in, so nothing
-//! proves that the mapping gave up on any batch, and it recovers no gap at all (records the
-//! mapping discards are lost there, resharding or not; the invariant scenarios draw no discards
-//! in that mode). Running a parent's tail there would need that proof first.
+//! The partition-key mode has its own rule (`by_key`): no shard row there proves trouble, and no
+//! lease fences a parent key's lane, so a closed parent's tail is run by a held child only once
+//! no invocation of the parent can run any of it, which only a record age
+//! ([`Gate::maximum_record_age`]) bounds: the parent's youngest record older than the limit
+//! plus the longest batching window (5 minutes) and the longest invocation (15 minutes). With
+//! retries finite and no record age, such a tail holds its children until the parent expires.
 //!
 //! The files: `topology` (what the gate asks of the stream), `lineage` (what both rules know
 //! and settle), `by_shard` (the shard mode's rule), `by_key` (the partition-key mode's),
@@ -84,6 +83,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::by_key::Scans;
+pub(crate) use self::by_key::{KeyTail, KeyVerdict};
 pub(crate) use self::by_shard::Verdict;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisTopology;
@@ -94,6 +94,13 @@ pub use self::topology::{
 use crate::key::LeaseKey;
 pub use crate::report::Held;
 use crate::store::{CheckpointStore, LeaseState};
+
+/// Lambda's longest invocation: 15 minutes.
+const LONGEST_INVOCATION: Duration = Duration::from_mins(15);
+
+/// An event source mapping's longest batching window (`MaximumBatchingWindowInSeconds`): 5
+/// minutes.
+const LONGEST_WINDOW: Duration = Duration::from_mins(5);
 
 /// The parent gate: see the [module documentation](self).
 ///
@@ -196,7 +203,10 @@ impl Gate {
     /// the batch (from the shard's start, for a shard never checkpointed under a
     /// `TRIM_HORIZON` mapping) are read through the topology and run first; an empty read
     /// costs the requests and nothing else. Without it (the default, and Lambda's `-1`), only
-    /// the gaps the row proves are read.
+    /// the gaps the row proves are read. In the partition-key mode it also bounds when no
+    /// invocation of a closed parent can run any of its records (its youngest record older than
+    /// the limit plus 20 minutes): a held child then runs the parent's tail the mapping gave up
+    /// on (see [Parent tail recovery](self#parent-tail-recovery)).
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
@@ -271,14 +281,19 @@ impl Gate {
         by_shard::check(&self.lineage, store, key, state, aged).await
     }
 
-    /// Whether the shard of `key` may run now in the partition-key mode: `None` when each parent
-    /// is finished, why the child waits otherwise (see [`partition_key`](crate::PartitionKeyMode)).
+    /// Whether the shard of `key` may run now in the partition-key mode (see
+    /// [`partition_key`](crate::PartitionKeyMode)), and the closed parent's tail its invocation
+    /// may run, when no invocation of the parent can run any of it: only with a [record
+    /// age](Self::maximum_record_age) (see `by_key`).
     pub(crate) async fn check_partition_keys(
         &self,
         store: &dyn CheckpointStore,
         key: &LeaseKey,
-    ) -> Option<Held> {
-        by_key::check(&self.lineage, &self.scans, store, key).await
+    ) -> KeyVerdict {
+        let tails = self
+            .maximum_record_age
+            .map(|age| crate::store::memory::millis(age + LONGEST_INVOCATION + LONGEST_WINDOW));
+        by_key::check(&self.lineage, &self.scans, store, key, tails).await
     }
 }
 

@@ -31,6 +31,9 @@ pub(crate) struct ParentScan {
     read_to: Option<SequenceNumber>,
     /// Whether the parent has been read to its end.
     pub(crate) complete: bool,
+    /// The latest `ApproximateArrivalTimestamp` read (epoch milliseconds): once `complete`,
+    /// when the parent's youngest record arrived.
+    pub(crate) youngest: Option<u64>,
 }
 
 impl ParentScan {
@@ -79,6 +82,11 @@ impl ParentScan {
             self.read_to = Some(last.sequence().clone());
         }
         for record in records {
+            let arrival = crate::clock::millis_since_epoch(record.arrival());
+            self.youngest = Some(
+                self.youngest
+                    .map_or(arrival, |youngest| youngest.max(arrival)),
+            );
             #[cfg(feature = "kpl")]
             let records = match crate::kpl::deaggregate(record) {
                 Ok(records) => records.into_records(),

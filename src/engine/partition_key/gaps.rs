@@ -8,10 +8,10 @@ use super::commits::write;
 use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
-use crate::engine::recovery::{lost, read_for_keys};
+use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gap::keys::{aged_range, held_mark, lane_mark, lane_range, next_mark};
-use crate::gap::{CannotRead, GapOutcome, GapReport, SkippedRange};
+use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
 use crate::report::StopReason;
 use crate::sequence::Position;
@@ -77,22 +77,19 @@ pub(super) async fn recover<H>(
         lane_range(&detected, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
     };
     let suspicion = detected.is_empty();
-    let Some((mut entries, complete)) = read(settings, key, &range, invocation).await? else {
+    let Some(skipped) = read(settings, key, &range, invocation).await? else {
         return Ok(no_reader(range));
     };
-    if !complete && entries.is_empty() {
+    if !skipped.complete && skipped.entries.is_empty() && skipped.rest.is_empty() {
         let reason =
             StopReason::GapUnread(format!("no record {range} could be read in the time left"));
         let gap = GapReport::new(range, GapOutcome::Unread("out of time".to_owned()));
         return Err(Box::new((gap, reason)));
     }
     // Read in part: the last record read is where the next delivery reads on from.
-    let unread = (!complete)
-        .then(|| entries.last().map(|last| last.sequence().clone()))
-        .flatten();
-    if let Some(unread) = &unread {
-        entries.retain(|entry| entry.sequence() != unread);
-    }
+    let unread = skipped.unread();
+    let complete = skipped.complete;
+    let entries = skipped.entries;
     let entries = match of_the_lane(settings, key, entries, keys, &detected, shard_checkpoint).await
     {
         Ok(entries) => entries,
@@ -125,33 +122,23 @@ pub(super) async fn recover<H>(
     );
     Ok(Found {
         entries,
-        unread: unread.map(Position::record),
+        unread,
         gap: Some(GapReport::new(range, outcome)),
     })
 }
 
-/// Reads `range`: the records, unpacked, and whether that is all of it; `None` when nothing can
-/// read it (logged as lost).
+/// Reads `range` with the one reader of skipped records: `None` when nothing can read it
+/// (logged as lost).
 async fn read<H>(
     settings: &Settings<H>,
     key: &LeaseKey,
     range: &SkippedRange,
     invocation: &Invocation,
-) -> Result<Option<(Vec<Entry>, bool)>, Unread> {
-    match read_for_keys(settings, key, range, invocation).await {
-        None => {
-            lost(
-                key,
-                range,
-                "the processor has no gate, whose topology would read them",
-            );
-            Ok(None)
-        }
-        Some(Err(error)) if error.downcast_ref::<CannotRead>().is_some() => {
-            lost(key, range, &error.to_string());
-            Ok(None)
-        }
-        Some(Err(error)) => {
+) -> Result<Option<Skipped>, Unread> {
+    match read_skipped(settings, key, range, invocation, Keep::ALL).await {
+        Ok(skipped) => Ok(Some(skipped)),
+        Err(Unreadable::NoReader) => Ok(None),
+        Err(Unreadable::Failed(error)) => {
             tracing::warn!(
                 stream = key.stream(),
                 shard = key.shard(),
@@ -165,7 +152,6 @@ async fn read<H>(
                 reason,
             )))
         }
-        Some(Ok(read)) => Ok(Some(read)),
     }
 }
 

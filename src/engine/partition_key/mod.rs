@@ -73,7 +73,9 @@
 //! on the parent's row, and remembers it for the life of the process. Until then, it keeps for
 //! the life of the process only each key's last position in the parent and the keys found done:
 //! a held batch reads no record twice and asks only the keys still pending. A parent still open
-//! holds the child.
+//! holds the child. With a record age told to the gate, a closed parent's tail the mapping
+//! gave up on is run by the held child once no invocation of the parent can run any of it
+//! (see `tail`, and the gate's `by_key`).
 //!
 //! [`CheckpointStore::read_rows`]: crate::store::CheckpointStore::read_rows
 //! [`CheckpointStore::commit_rows`]: crate::store::CheckpointStore::commit_rows
@@ -84,20 +86,22 @@ use super::attempt::Runner;
 use super::batch::{Entry, ShardBatch, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed::{self, Limits, State};
-use super::recovery;
 use super::settings::Settings;
 use crate::handler::Handler;
-use crate::report::{Disposition, RecordReport, RecordReports, ShardReport, StopReason};
+use crate::report::{Disposition, ShardReport, StopReason};
 use crate::store::LeaseState;
 
 mod commits;
+mod finish;
 mod gaps;
 mod last_write;
 mod rows;
+mod tail;
 #[cfg(feature = "dynamodb")]
 mod transact;
 
 use commits::Batch;
+use finish::finish;
 use gaps::Found;
 use rows::{RowsUnread, read_keys};
 
@@ -113,14 +117,9 @@ pub(crate) async fn run_shard<H: Handler>(
     invocation: &Invocation,
 ) -> ShardReport {
     let ShardBatch { key, entries } = group;
-    let report = ShardReport::empty(key.clone());
-    let held = match settings.gate.as_deref() {
-        Some(gate) => {
-            gate.check_partition_keys(settings.store.as_ref(), &key)
-                .await
-        }
-        None => None,
-    };
+    let mut report = ShardReport::empty(key.clone());
+    // A closed parent's tail no invocation of the parent can run any more is run here first.
+    let held = tail::gate(settings, &key, invocation, &mut report.parents).await;
 
     // The rows of the batch's partition keys, and the shard's own, read at once.
     let read = read_keys(settings.store.as_ref(), &key, &entries).await;
@@ -306,58 +305,4 @@ pub(crate) fn shard_owner(row: &LeaseState, now: u64) -> Option<&str> {
     row.lease_owner
         .as_deref()
         .filter(|_| row.lease_expiry.is_some_and(|expiry| expiry > now))
-}
-
-/// The shard's report: every record's disposition, and the lowest record not done (or not
-/// recorded) as the one reported. The first `recovered` entries are the lane's skipped
-/// records, reported under the gap; when one of them is not done, or the range was read in
-/// part (`cut`: dispatch stopped there), the batch's first record is reported.
-async fn finish<H: Handler>(
-    runner: &Runner<'_, H>,
-    mut report: ShardReport,
-    entries: &[Entry],
-    run: &keyed::Run,
-    refused: Vec<(String, StopReason)>,
-    recovered: usize,
-    cut: Option<usize>,
-) -> ShardReport {
-    let lowest = run.lowest_not_done();
-    let first_refused = entries.iter().zip(&run.states).position(|(entry, state)| {
-        matches!(state, State::Done(Disposition::Uncheckpointed, _))
-            && entry.routing_key().is_some()
-    });
-    let stopped = match first_refused {
-        Some(index) if index < lowest => {
-            let partition_key = entries[index].routing_key().unwrap_or_default();
-            let reason = refused
-                .into_iter()
-                .find(|(k, _)| k == partition_key)
-                .map_or(StopReason::CheckpointFenced, |(_, reason)| reason);
-            Some((index, reason))
-        }
-        _ if cut.is_some_and(|cut| lowest >= cut) => Some((
-            recovered,
-            StopReason::GapUnread(format!(
-                "one invocation reads at most {} of them, in half its time left; the next one reads on",
-                crate::gap::MAX_RECOVERED_RECORDS
-            )),
-        )),
-        _ if lowest < entries.len() => Some((lowest, run.reason(lowest, runner, entries).await)),
-        _ => None,
-    };
-    let reported = stopped.as_ref().map_or(entries.len(), |(index, _)| *index);
-    let records: RecordReports = entries
-        .iter()
-        .zip(run.dispositions(reported))
-        .map(|(entry, disposition)| RecordReport {
-            position: entry.position(),
-            disposition,
-        })
-        .collect();
-    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
-        let sequence = entries[index].sequence().clone();
-        tracing::info!(%sequence, %reason, "reporting the first record not done");
-        report.stopped = Some((sequence, reason));
-    }
-    report
 }
