@@ -72,6 +72,15 @@ impl Entry {
         }
     }
 
+    /// The KPL sub-record number, without building the position.
+    pub(crate) fn sub_sequence(&self) -> Option<u64> {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.sub_sequence(),
+            Self::Malformed(..) => None,
+            Self::Undecodable(error) => error.record().sub_sequence(),
+        }
+    }
+
     /// How the entry's position compares with `other`, without building the position.
     pub(crate) fn cmp_position(&self, other: &Position) -> std::cmp::Ordering {
         match self {

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::attempt::Runner;
 use super::batch::{Entry, Settled, ShardBatch, prior, settled, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
@@ -413,8 +415,17 @@ async fn parent_tail<H: Handler>(
         key: parent.clone(),
         entries,
     };
-    // Boxed: a parent's run may recover its own parent's tail in turn.
-    let report = run_boxed(settings, batch, invocation, depth + 1).await;
+    // Boxed: a parent's run may recover its own parent's tail in turn. In a span of its own,
+    // inside the child's: its lines name the parent's records, and the parent as their shard.
+    let span = tracing::info_span!(
+        "shard",
+        stream = parent.stream(),
+        shard = parent.shard(),
+        records = batch.entries.len(),
+    );
+    let report = run_boxed(settings, batch, invocation, depth + 1)
+        .instrument(span)
+        .await;
     let ran_whole = report.stopped.is_none();
     if ran_whole && let Some(unread) = &unread {
         // The rest of the tail is for the next held batch of a child: the row proves it.
