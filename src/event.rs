@@ -167,8 +167,9 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 pub struct LambdaKinesisEvent(pub KinesisEvent);
 
 /// One record of the event after parsing: a record to process, or what is known of one that
-/// cannot be.
-pub(crate) type Parsed = Result<Record, MalformedRecord>;
+/// cannot be (boxed, as rare: a `Parsed` is as small as a record, and the parse's vector is as
+/// long as the batch).
+pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 
 /// Reads every record of `event`, in order, taking the payloads out of it without copying them.
 ///
@@ -225,12 +226,14 @@ fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCac
         .and_then(|arn| keys.stream_name(arn));
     let shard = record.event_id.as_deref().and_then(shard_id);
     let kinesis = &mut record.kinesis;
-    let malformed = |reason| MalformedRecord {
-        index,
-        stream: stream.map(str::to_owned),
-        shard: shard.map(str::to_owned),
-        sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
-        reason,
+    let malformed = |reason| {
+        Box::new(MalformedRecord {
+            index,
+            stream: stream.map(str::to_owned),
+            shard: shard.map(str::to_owned),
+            sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
+            reason,
+        })
     };
     let sequence = match kinesis.sequence_number.parse::<SequenceNumber>() {
         Ok(sequence) => sequence,
@@ -354,7 +357,7 @@ mod tests {
         ])));
         let errors: Vec<MalformedRecord> = parsed
             .into_iter()
-            .map(|r| r.expect_err("malformed"))
+            .map(|r| *r.expect_err("malformed"))
             .collect();
         assert!(matches!(errors[0].reason, MalformedReason::EventId(_)));
         assert_eq!(errors[0].stream.as_deref(), Some("orders"));

@@ -84,8 +84,8 @@ impl<H: Handler> Runner<'_, H> {
         } = self;
         let record = match entry {
             Entry::Record(record) => record,
-            Entry::Malformed(malformed, _) => {
-                return Err(StopReason::Malformed(malformed.to_string()));
+            Entry::Malformed(malformed) => {
+                return Err(StopReason::Malformed(malformed.0.to_string()));
             }
             Entry::AfterMalformed(_) => {
                 return Err(StopReason::Malformed(
