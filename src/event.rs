@@ -171,19 +171,30 @@ pub struct LambdaKinesisEvent(pub KinesisEvent);
 /// long as the batch).
 pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 
-/// Reads every record of `event`, in order, taking the payloads out of it without copying them.
+/// Reads every record of `event`, in order, taking the payloads out of it without copying them;
+/// and says whether any of them is a KPL aggregate.
 ///
 /// The rest of the event (a dozen strings per record) is left in place for the caller to drop
 /// at the end of the batch. Freed here, those small blocks would fill glibc's fast bins, and
 /// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
-pub(crate) fn parse_event(event: &mut KinesisEvent) -> Vec<Parsed> {
+/// Aggregates are looked for here, where each payload was just decoded, rather than in a pass
+/// of their own over every record's payload once the batch is grouped.
+pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
     let mut keys = KeyCache::default();
-    event
+    let mut aggregates = false;
+    let parsed = event
         .records
         .iter_mut()
         .enumerate()
-        .map(|(index, record)| parse_record(index, record, &mut keys))
-        .collect()
+        .map(|(index, record)| {
+            let parsed = parse_record(index, record, &mut keys);
+            if let Ok(record) = &parsed {
+                aggregates |= crate::kpl::is_aggregate(record.data());
+            }
+            parsed
+        })
+        .collect();
+    (parsed, aggregates)
 }
 
 /// Every record of a batch names the same stream and shard: read the stream's name out of its
@@ -289,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
-        let parsed = parse_event(&mut event(&serde_json::json!([lambda_record(
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([lambda_record(
             &format!("shardId-000000000004:{SEQ}"),
             ARN,
             SEQ
@@ -311,7 +322,7 @@ mod tests {
     #[test]
     fn records_of_one_shard_share_one_key() {
         let id = format!("shardId-000000000004:{SEQ}");
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(
                 &id,
@@ -327,7 +338,7 @@ mod tests {
     fn each_record_is_read_with_its_own_stream_when_the_arn_changes() {
         let id = format!("shardId-000000000004:{SEQ}");
         let other = "arn:aws:kinesis:us-east-1:123456789012:stream/refunds";
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(&id, other, SEQ),
             lambda_record(&id, "arn:aws:sqs:x:y:z", SEQ),
@@ -345,7 +356,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record("no-colon-here", ARN, SEQ),
             lambda_record(
                 &format!("shardId-000000000001:{SEQ}"),
