@@ -211,8 +211,9 @@ async fn run_shard_at<H: Handler>(
     let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
     let entries = Arc::new(Settled(entries));
     let source: Arc<dyn PositionSource> = entries.clone();
-    let dispositions = std::iter::repeat_n(Disposition::Duplicate, skipped).chain(dispositions);
-    let records = RecordReports::shared(source, 0, dispositions);
+    let runs = std::iter::once((Disposition::Duplicate, skipped))
+        .chain(dispositions.into_iter().map(|disposition| (disposition, 1)));
+    let records = RecordReports::shared(source, 0, runs);
     if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
         let sequence = entries.0[index].sequence().clone();
         tracing::info!(%sequence, %reason, "reporting the first record not done");
