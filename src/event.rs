@@ -214,6 +214,23 @@ impl KeyCache {
         }
     }
 
+    /// [`shard_id`] of `event_id`, found by comparing it with the last key's shard rather than
+    /// by searching it for its colon: every record of a batch names the same shard, and a
+    /// shard id holds no colon, so one that `event_id` starts with, followed by its colon, is
+    /// the one `shard_id` would read.
+    fn shard_id<'a>(&self, event_id: &'a str) -> Option<&'a str> {
+        if let Some(last) = &self.last {
+            let shard = last.shard();
+            if event_id.len() > shard.len() + 1
+                && event_id.as_bytes()[shard.len()] == b':'
+                && event_id.starts_with(shard)
+            {
+                return Some(&event_id[..shard.len()]);
+            }
+        }
+        shard_id(event_id)
+    }
+
     /// [`stream_name`] of `arn`, read again only when the ARN differs from the last one.
     fn stream_name<'a>(&mut self, arn: &'a str) -> Option<&'a str> {
         let name = match &self.arn {
@@ -235,7 +252,10 @@ fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCac
         .event_source_arn
         .as_deref()
         .and_then(|arn| keys.stream_name(arn));
-    let shard = record.event_id.as_deref().and_then(shard_id);
+    let shard = record
+        .event_id
+        .as_deref()
+        .and_then(|event_id| keys.shard_id(event_id));
     let kinesis = &mut record.kinesis;
     let malformed = |reason| {
         Box::new(MalformedRecord {
@@ -332,6 +352,34 @@ mod tests {
         ])));
         let keys: Vec<_> = parsed.iter().map(|r| r.as_ref().unwrap().key()).collect();
         assert!(std::ptr::eq(keys[0].stream(), keys[1].stream()));
+    }
+
+    #[test]
+    fn each_record_is_read_with_its_own_shard_when_the_event_id_changes() {
+        let arn = ARN;
+        let parsed = parse_event(&mut event(&serde_json::json!([
+            lambda_record(&format!("shardId-000000000004:{SEQ}"), arn, SEQ),
+            // The last shard's id as a prefix of a longer one, then with nothing after its colon.
+            lambda_record(&format!("shardId-0000000000041:{SEQ}"), arn, SEQ),
+            lambda_record("shardId-0000000000041:", arn, SEQ),
+            lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
+            lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
+        ])))
+        .0;
+        let shards: Vec<_> = parsed
+            .iter()
+            .map(|r| r.as_ref().map(Record::shard).ok())
+            .collect();
+        assert_eq!(
+            shards,
+            [
+                Some("shardId-000000000004"),
+                Some("shardId-0000000000041"),
+                None,
+                Some("shardId-000000000005"),
+                Some("shardId-000000000005"),
+            ]
+        );
     }
 
     #[test]

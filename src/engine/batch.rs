@@ -222,15 +222,16 @@ pub(crate) fn group(
     let mut unreportable = None;
     let total = parsed.len();
     for (index, item) in parsed.into_iter().enumerate() {
-        let (key, entry) = match item {
+        // A record's key is read from the record: cloned only for a new group, not for every
+        // record (two reference counts taken and given back).
+        let (malformed_key, entry) = match item {
             Ok(record) => {
-                let key = record.key().clone();
                 if cut.is_some_and(|cut| index > cut) {
                     // Past the malformed record: not dispatched, but its shard reports from it
                     // when the malformed record is not in the same group.
-                    (key, Entry::AfterMalformed(record))
+                    (None, Entry::AfterMalformed(record))
                 } else {
-                    (key, Entry::Record(record))
+                    (None, Entry::Record(record))
                 }
             }
             Err(malformed) => {
@@ -255,12 +256,21 @@ pub(crate) fn group(
                     }
                     continue;
                 };
-                (key, Entry::Malformed(Box::new((*malformed, sequence))))
+                (
+                    Some(key),
+                    Entry::Malformed(Box::new((*malformed, sequence))),
+                )
             }
         };
-        if let Some(group) = groups.iter_mut().find(|group| group.key == key) {
-            group.entries.push(entry);
+        let key = malformed_key
+            .as_ref()
+            .or_else(|| entry.key())
+            .expect("a record names its key");
+        let found = groups.iter().position(|group| group.key == *key);
+        if let Some(found) = found {
+            groups[found].entries.push(entry);
         } else {
+            let key = key.clone();
             // Lambda sends one shard per batch: the first group is sized for the rest of the
             // batch at once. Growing it record by record would reallocate it a dozen times for
             // 10,000 records, and each large allocation makes glibc's malloc consolidate every
