@@ -144,6 +144,10 @@ async fn a_record_payload_never_reaches_the_logs_or_the_metrics_while_spans_name
         text.contains(&format!("sequence={}", common::sequence(3))),
         "at TRACE a span per record names its sequence number:\n{text}"
     );
+    assert!(
+        text.contains("record{"),
+        "below INFO each record runs in a `record` span:\n{text}"
+    );
     assert!(text.contains("stream=\"orders\"") || text.contains("stream=orders"));
     assert!(
         text.contains("shard=\"shardId-000000000000\"")
