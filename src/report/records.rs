@@ -426,6 +426,31 @@ mod tests {
     }
 
     #[test]
+    fn a_run_given_whole_reads_as_its_records_given_one_by_one() {
+        let whole = RecordReports::shared(
+            Arc::new(Numbers),
+            0,
+            [
+                (Duplicate, 3),
+                (Processed, 0),
+                (Duplicate, 1),
+                (Processed, 2),
+            ],
+        );
+        let one_by_one = shared(&[
+            Duplicate, Duplicate, Duplicate, Duplicate, Processed, Processed,
+        ]);
+        assert_eq!(shown(&whole), shown(&one_by_one));
+        assert_eq!(
+            whole.runs().count(),
+            2,
+            "an empty run adds none, and like runs join"
+        );
+        assert_eq!(whole.count(Duplicate), 4);
+        assert_eq!(whole.len(), 6);
+    }
+
+    #[test]
     fn records_of_one_disposition_in_a_row_are_one_run() {
         let records = shared(&[
             Duplicate, Duplicate, Processed, Processed, Processed, Reported,
