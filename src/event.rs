@@ -167,22 +167,34 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 pub struct LambdaKinesisEvent(pub KinesisEvent);
 
 /// One record of the event after parsing: a record to process, or what is known of one that
-/// cannot be.
-pub(crate) type Parsed = Result<Record, MalformedRecord>;
+/// cannot be (boxed, as rare: a `Parsed` is as small as a record, and the parse's vector is as
+/// long as the batch).
+pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 
-/// Reads every record of `event`, in order, taking the payloads out of it without copying them.
+/// Reads every record of `event`, in order, taking the payloads out of it without copying them;
+/// and says whether any of them is a KPL aggregate.
 ///
 /// The rest of the event (a dozen strings per record) is left in place for the caller to drop
 /// at the end of the batch. Freed here, those small blocks would fill glibc's fast bins, and
 /// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
-pub(crate) fn parse_event(event: &mut KinesisEvent) -> Vec<Parsed> {
+/// Aggregates are looked for here, where each payload was just decoded, rather than in a pass
+/// of their own over every record's payload once the batch is grouped.
+pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
     let mut keys = KeyCache::default();
-    event
+    let mut aggregates = false;
+    let parsed = event
         .records
         .iter_mut()
         .enumerate()
-        .map(|(index, record)| parse_record(index, record, &mut keys))
-        .collect()
+        .map(|(index, record)| {
+            let parsed = parse_record(index, record, &mut keys);
+            if let Ok(record) = &parsed {
+                aggregates |= crate::kpl::is_aggregate(record.data());
+            }
+            parsed
+        })
+        .collect();
+    (parsed, aggregates)
 }
 
 /// Every record of a batch names the same stream and shard: read the stream's name out of its
@@ -200,6 +212,23 @@ impl KeyCache {
             Some(key) if key.stream() == stream && key.shard() == shard => key.clone(),
             _ => self.last.insert(LeaseKey::new(stream, shard)).clone(),
         }
+    }
+
+    /// [`shard_id`] of `event_id`, found by comparing it with the last key's shard rather than
+    /// by searching it for its colon: every record of a batch names the same shard, and a
+    /// shard id holds no colon, so one that `event_id` starts with, followed by its colon, is
+    /// the one `shard_id` would read.
+    fn shard_id<'a>(&self, event_id: &'a str) -> Option<&'a str> {
+        if let Some(last) = &self.last {
+            let shard = last.shard();
+            if event_id.len() > shard.len() + 1
+                && event_id.as_bytes()[shard.len()] == b':'
+                && event_id.starts_with(shard)
+            {
+                return Some(&event_id[..shard.len()]);
+            }
+        }
+        shard_id(event_id)
     }
 
     /// [`stream_name`] of `arn`, read again only when the ARN differs from the last one.
@@ -223,14 +252,19 @@ fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCac
         .event_source_arn
         .as_deref()
         .and_then(|arn| keys.stream_name(arn));
-    let shard = record.event_id.as_deref().and_then(shard_id);
+    let shard = record
+        .event_id
+        .as_deref()
+        .and_then(|event_id| keys.shard_id(event_id));
     let kinesis = &mut record.kinesis;
-    let malformed = |reason| MalformedRecord {
-        index,
-        stream: stream.map(str::to_owned),
-        shard: shard.map(str::to_owned),
-        sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
-        reason,
+    let malformed = |reason| {
+        Box::new(MalformedRecord {
+            index,
+            stream: stream.map(str::to_owned),
+            shard: shard.map(str::to_owned),
+            sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
+            reason,
+        })
     };
     let sequence = match kinesis.sequence_number.parse::<SequenceNumber>() {
         Ok(sequence) => sequence,
@@ -286,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
-        let parsed = parse_event(&mut event(&serde_json::json!([lambda_record(
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([lambda_record(
             &format!("shardId-000000000004:{SEQ}"),
             ARN,
             SEQ
@@ -308,7 +342,7 @@ mod tests {
     #[test]
     fn records_of_one_shard_share_one_key() {
         let id = format!("shardId-000000000004:{SEQ}");
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(
                 &id,
@@ -321,10 +355,38 @@ mod tests {
     }
 
     #[test]
+    fn each_record_is_read_with_its_own_shard_when_the_event_id_changes() {
+        let arn = ARN;
+        let parsed = parse_event(&mut event(&serde_json::json!([
+            lambda_record(&format!("shardId-000000000004:{SEQ}"), arn, SEQ),
+            // The last shard's id as a prefix of a longer one, then with nothing after its colon.
+            lambda_record(&format!("shardId-0000000000041:{SEQ}"), arn, SEQ),
+            lambda_record("shardId-0000000000041:", arn, SEQ),
+            lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
+            lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
+        ])))
+        .0;
+        let shards: Vec<_> = parsed
+            .iter()
+            .map(|r| r.as_ref().map(Record::shard).ok())
+            .collect();
+        assert_eq!(
+            shards,
+            [
+                Some("shardId-000000000004"),
+                Some("shardId-0000000000041"),
+                None,
+                Some("shardId-000000000005"),
+                Some("shardId-000000000005"),
+            ]
+        );
+    }
+
+    #[test]
     fn each_record_is_read_with_its_own_stream_when_the_arn_changes() {
         let id = format!("shardId-000000000004:{SEQ}");
         let other = "arn:aws:kinesis:us-east-1:123456789012:stream/refunds";
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(&id, other, SEQ),
             lambda_record(&id, "arn:aws:sqs:x:y:z", SEQ),
@@ -342,7 +404,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
             lambda_record("no-colon-here", ARN, SEQ),
             lambda_record(
                 &format!("shardId-000000000001:{SEQ}"),
@@ -354,7 +416,7 @@ mod tests {
         ])));
         let errors: Vec<MalformedRecord> = parsed
             .into_iter()
-            .map(|r| r.expect_err("malformed"))
+            .map(|r| *r.expect_err("malformed"))
             .collect();
         assert!(matches!(errors[0].reason, MalformedReason::EventId(_)));
         assert_eq!(errors[0].stream.as_deref(), Some("orders"));

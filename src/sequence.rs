@@ -20,8 +20,9 @@ pub const MAX_DIGITS: usize = 129;
 /// A validated Kinesis sequence number.
 ///
 /// Ordered numerically without converting: a longer number is larger, and numbers of one
-/// length compare digit by digit. Cloning is a reference-count bump, since every record, its
-/// report and the checkpoint written after it share the same digits.
+/// length compare digit by digit. A number of up to 62 digits (Kinesis issues 56) is held in
+/// place, so reading one out of an event allocates nothing and a clone is a copy; a longer one
+/// is shared, and its clone a reference-count bump.
 ///
 /// # Examples
 ///
@@ -34,8 +35,71 @@ pub const MAX_DIGITS: usize = 129;
 /// assert!("007".parse::<SequenceNumber>().is_err());
 /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SequenceNumber(Arc<str>);
+#[derive(Clone)]
+pub struct SequenceNumber(Digits);
+
+/// Numbers of up to this many digits are held in place: every record of a batch carries one,
+/// and a block per record for it was a tenth of what the processor added to a bare loop
+/// (BENCHMARKS.md, section 1). 62 makes the number 64 bytes.
+const INLINE: usize = 62;
+
+/// A sequence number's digits, ASCII by construction: in place, or shared when longer.
+#[derive(Clone)]
+enum Digits {
+    /// The first `len` bytes of `bytes`; the rest are zero.
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    Shared(Arc<str>),
+}
+
+impl Digits {
+    fn new(digits: &str) -> Self {
+        match u8::try_from(digits.len()) {
+            Ok(len) if digits.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..digits.len()].copy_from_slice(digits.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Shared(Arc::from(digits)),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Shared(digits) => digits.as_bytes(),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Checked again here (a few instructions for ASCII), since this crate has no
+            // unsafe code: the bytes were digits when they were stored.
+            Self::Inline { .. } => {
+                std::str::from_utf8(self.as_bytes()).expect("a sequence number is ASCII digits")
+            }
+            Self::Shared(digits) => digits,
+        }
+    }
+}
+
+/// Equal by their digits, however each is held.
+impl PartialEq for SequenceNumber {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_bytes() == other.0.as_bytes()
+    }
+}
+
+impl Eq for SequenceNumber {}
+
+/// Hashed by its digits, as [`PartialEq`] compares them.
+impl std::hash::Hash for SequenceNumber {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
 
 impl SequenceNumber {
     /// The digits, exactly as Kinesis wrote them.
@@ -48,7 +112,7 @@ impl SequenceNumber {
     /// ```
     #[must_use]
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
@@ -89,7 +153,7 @@ impl FromStr for SequenceNumber {
                 Err(SequenceError::NotDigits(digits.to_owned()))
             }
             [b'0', _, ..] => Err(SequenceError::LeadingZero(digits.to_owned())),
-            _ => Ok(Self(Arc::from(digits))),
+            _ => Ok(Self(Digits::new(digits))),
         }
     }
 }
@@ -98,10 +162,8 @@ impl Ord for SequenceNumber {
     fn cmp(&self, other: &Self) -> Ordering {
         // Without leading zeros, the longer number is the larger one; equal lengths compare
         // as text because ASCII digits sort like their values.
-        self.0
-            .len()
-            .cmp(&other.0.len())
-            .then_with(|| self.0.cmp(&other.0))
+        let (this, other) = (self.0.as_bytes(), other.0.as_bytes());
+        this.len().cmp(&other.len()).then_with(|| this.cmp(other))
     }
 }
 
@@ -113,13 +175,13 @@ impl PartialOrd for SequenceNumber {
 
 impl fmt::Display for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SequenceNumber({})", self.0)
+        write!(f, "SequenceNumber({})", self.as_str())
     }
 }
 
@@ -468,5 +530,32 @@ mod tests {
             assert_eq!(back, position);
         }
         assert!(Position::from_checkpoint("latest", None).is_err());
+    }
+
+    #[test]
+    fn numbers_held_in_place_and_shared_ones_read_compare_and_hash_by_their_digits() {
+        use std::collections::HashSet;
+        // Either side of the longest number held in place, and the longest Kinesis issues.
+        let in_place = format!("1{}", "0".repeat(INLINE - 1));
+        let shared = format!("1{}", "0".repeat(INLINE));
+        let longest = "9".repeat(MAX_DIGITS);
+        let numbers: Vec<SequenceNumber> = [in_place.as_str(), &shared, &longest, "9"]
+            .iter()
+            .map(|digits| seq(digits))
+            .collect();
+        assert!(matches!(numbers[0].0, Digits::Inline { .. }));
+        assert!(matches!(numbers[1].0, Digits::Shared(_)));
+        assert_eq!(numbers[0].as_str(), in_place);
+        assert_eq!(numbers[1].as_str(), shared);
+        assert_eq!(numbers[2].to_string(), longest);
+        assert!(numbers[3] < numbers[0] && numbers[0] < numbers[1] && numbers[1] < numbers[2]);
+        for number in &numbers {
+            let copy = number.clone();
+            assert_eq!(&copy, number);
+            assert_eq!(copy.cmp(number), Ordering::Equal);
+        }
+        let set: HashSet<SequenceNumber> = numbers.iter().chain(&numbers).cloned().collect();
+        assert_eq!(set.len(), numbers.len(), "clones hash alike");
+        assert!(set.contains(&seq(&shared)) && set.contains(&seq(&in_place)));
     }
 }

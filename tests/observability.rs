@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use base64::Engine;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, event, lambda_record, reported};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
 use kinesis_checkpoint::metrics::Metrics;
-use kinesis_checkpoint::{DynamoLeaseStore, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint::{
+    BoxFuture, DeadLetterSink, DynamoLeaseStore, MemoryLeaseStore, Outcome, Processor, Record,
+};
 use serde_json::{Value, json};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -140,7 +142,11 @@ async fn a_record_payload_never_reaches_the_logs_or_the_metrics_while_spans_name
         .encode(json!({ "n": 0, "card": SECRET }).to_string());
     assert!(
         text.contains(&format!("sequence={}", common::sequence(3))),
-        "a span per record names its sequence number:\n{text}"
+        "at TRACE a span per record names its sequence number:\n{text}"
+    );
+    assert!(
+        text.contains("record{"),
+        "below INFO each record runs in a `record` span:\n{text}"
     );
     assert!(text.contains("stream=\"orders\"") || text.contains("stream=orders"));
     assert!(
@@ -193,6 +199,125 @@ async fn a_record_payload_never_reaches_the_logs_or_the_metrics_while_spans_name
         first.get("DynamoDBRequests").is_none(),
         "the memory store sends no requests and says so"
     );
+}
+
+/// A dead-letter sink that is always down.
+struct Unavailable;
+
+impl DeadLetterSink for Unavailable {
+    fn send<'a>(&'a self, _: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(async { Err("the queue is unavailable".into()) })
+    }
+}
+
+/// At `INFO` no span is opened per record (the `record` span is `DEBUG`'s), yet every warning
+/// or error about a record still says, in its one line, which stream, shard and record: the
+/// `shard` span names the first two and the line itself the sequence number. Each path that
+/// writes one runs: a retry, a rejection without a sink, a sink that fails, and the per-key
+/// dispatcher's stop.
+#[tokio::test]
+async fn at_info_every_warning_about_a_record_names_its_stream_shard_and_sequence_in_its_line() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_span_events(FmtSpan::NEW)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let failing = |record: Record| async move {
+        match n_of(&record) {
+            1 => Outcome::retry("downstream unavailable"),
+            2 => Outcome::reject("not an order"),
+            _ => Outcome::ack(),
+        }
+    };
+    let batch = |from: u64| {
+        let records: Vec<Value> = (from..3)
+            .map(|n| {
+                lambda_record(
+                    "orders",
+                    "shardId-000000000007",
+                    n,
+                    "customer-1",
+                    &json!({ "n": n }),
+                )
+            })
+            .collect();
+        event(&records)
+    };
+
+    let ordered = Processor::new(Arc::new(MemoryLeaseStore::new()), failing);
+    let retried = ordered
+        .process(batch(0), &context("retry", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&retried), vec![common::sequence(1)]);
+    // Record 2 is rejected with no sink to take it.
+    let rejecting = Processor::new(
+        Arc::new(MemoryLeaseStore::new()),
+        |record: Record| async move {
+            if n_of(&record) == 2 {
+                Outcome::reject("not an order")
+            } else {
+                Outcome::ack()
+            }
+        },
+    );
+    let rejected = rejecting
+        .process(batch(0), &context("reject", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&rejected), vec![common::sequence(2)]);
+    let sink_down = Processor::new(Arc::new(MemoryLeaseStore::new()), failing)
+        .dead_letters(Arc::new(Unavailable));
+    let down = sink_down
+        .process(batch(2), &context("sink-down", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&down), vec![common::sequence(2)]);
+    let keyed = Processor::new(Arc::new(MemoryLeaseStore::new()), failing).concurrency(4);
+    let stopped = keyed
+        .process(batch(0), &context("keyed", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(reported(&stopped), vec![common::sequence(1)]);
+
+    let text = logs.text();
+    assert!(
+        !text.contains("record{"),
+        "no span per record at INFO:\n{text}"
+    );
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains(" WARN ") || line.contains("ERROR"))
+        .collect();
+    for message in [
+        "the record is not done; stopping",
+        "no dead-letter sink is configured",
+        "could not dead-letter the record",
+        "the record is not done; its partition key stops",
+    ] {
+        assert!(
+            lines.iter().any(|line| line.contains(message)),
+            "{message:?} is logged:\n{text}"
+        );
+    }
+    for line in lines {
+        assert!(
+            line.contains("stream=orders") || line.contains("stream=\"orders\""),
+            "names the stream: {line}"
+        );
+        assert!(
+            line.contains("shard=shardId-000000000007")
+                || line.contains("shard=\"shardId-000000000007\""),
+            "names the shard: {line}"
+        );
+        assert!(
+            line.contains(&format!("sequence={}", common::sequence(1)))
+                || line.contains(&format!("sequence={}", common::sequence(2))),
+            "names the record: {line}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -12,6 +12,8 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
+use tracing::Instrument;
+
 use super::batch::Entry;
 use super::invocation::{Invocation, LeaseWatch};
 use super::settings::Settings;
@@ -45,17 +47,35 @@ pub(crate) type Staged =
 impl<H: Handler> Runner<'_, H> {
     /// Runs one record, unless something says the shard must stop before it. A record that
     /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
-    #[tracing::instrument(name = "record", skip_all, fields(
-        stream = entry.key().map(LeaseKey::stream),
-        shard = entry.key().map(LeaseKey::shard),
-        sequence = %entry.sequence(),
-        sub_sequence = entry.position().sub_sequence(),
-    ))]
+    ///
+    /// The record runs in a `record` span (stream, shard, sequence and sub-sequence number)
+    /// only when `DEBUG` is on: at `INFO` a span per record was the largest cost dispatch
+    /// added to a bare loop (a subscriber formats its fields into a new string for every
+    /// record; without one, `tracing`'s `log` compatibility still records them), and every
+    /// line this runner and the dispatchers write about a record names its sequence number
+    /// itself, under the `shard` span that names the stream and shard (BENCHMARKS.md,
+    /// section 1).
     pub(crate) async fn attempt(
         &self,
         entry: &Entry,
         failing: &mut Failing,
     ) -> Result<Disposition, StopReason> {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let span = tracing::debug_span!(
+                "record",
+                stream = entry.key().map(LeaseKey::stream),
+                shard = entry.key().map(LeaseKey::shard),
+                sequence = %entry.sequence(),
+                sub_sequence = entry.sub_sequence(),
+            );
+            self.run(entry, failing).instrument(span).await
+        } else {
+            self.run(entry, failing).await
+        }
+    }
+
+    /// [`attempt`](Self::attempt), outside any span of its own.
+    async fn run(&self, entry: &Entry, failing: &mut Failing) -> Result<Disposition, StopReason> {
         let Self {
             settings,
             invocation,
@@ -64,8 +84,8 @@ impl<H: Handler> Runner<'_, H> {
         } = self;
         let record = match entry {
             Entry::Record(record) => record,
-            Entry::Malformed(malformed, _) => {
-                return Err(StopReason::Malformed(malformed.to_string()));
+            Entry::Malformed(malformed) => {
+                return Err(StopReason::Malformed(malformed.0.to_string()));
             }
             Entry::AfterMalformed(_) => {
                 return Err(StopReason::Malformed(
@@ -107,6 +127,7 @@ impl<H: Handler> Runner<'_, H> {
             Err(StopReason::HandlerTimedOut) if !invocation.had_fair_share(now) => {
                 tracing::warn!(
                     sequence = %record.sequence(),
+                    sub_sequence = record.sub_sequence(),
                     "the record started late and was cut by the deadline; not counted as an attempt"
                 );
                 return Err(StopReason::HandlerTimedOut);
@@ -186,7 +207,12 @@ impl<H: Handler> Runner<'_, H> {
         let attempts = failing.failed(&position, &error, self.invocation.now());
         let Some(sink) = &self.settings.dead_letters else {
             if rejected {
-                tracing::warn!(%reason, "no dead-letter sink is configured: the rejected record is reported and retried");
+                tracing::warn!(
+                    sequence = %record.sequence(),
+                    sub_sequence = record.sub_sequence(),
+                    %reason,
+                    "no dead-letter sink is configured: the rejected record is reported and retried"
+                );
             }
             return Err(reason);
         };
@@ -217,6 +243,7 @@ impl<H: Handler> Runner<'_, H> {
                     stream = record.stream(),
                     shard = record.shard(),
                     sequence = %record.sequence(),
+                    sub_sequence = record.sub_sequence(),
                     error = %sink_error,
                     "could not dead-letter the record; it is reported and retried"
                 );

@@ -14,13 +14,16 @@ use crate::sequence::{Position, SequenceNumber, cmp_record};
 
 /// One item of a shard's batch: a record, or a malformed one that stops the shard where it
 /// stands.
+///
+/// The rare kinds are boxed, so that an entry is as small as a record (two words): a batch's
+/// entries are one vector as long as the batch, written and read once per invocation.
 pub(crate) enum Entry {
     Record(Record),
-    Malformed(MalformedRecord, SequenceNumber),
+    Malformed(Box<(MalformedRecord, SequenceNumber)>),
     AfterMalformed(Record),
     /// A KPL aggregate whose MD5 matches but whose contents cannot be read: a poison record,
     /// dead-lettered whole.
-    Undecodable(crate::kpl::KplError),
+    Undecodable(Box<crate::kpl::KplError>),
 }
 
 impl Entry {
@@ -67,8 +70,17 @@ impl Entry {
     pub(crate) fn sequence(&self) -> &SequenceNumber {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
-            Self::Malformed(_, sequence) => sequence,
+            Self::Malformed(malformed) => &malformed.1,
             Self::Undecodable(error) => error.record().sequence(),
+        }
+    }
+
+    /// The KPL sub-record number, without building the position.
+    pub(crate) fn sub_sequence(&self) -> Option<u64> {
+        match self {
+            Self::Record(record) | Self::AfterMalformed(record) => record.sub_sequence(),
+            Self::Malformed(..) => None,
+            Self::Undecodable(error) => error.record().sub_sequence(),
         }
     }
 
@@ -78,7 +90,7 @@ impl Entry {
             Self::Record(record) | Self::AfterMalformed(record) => {
                 cmp_record(record.sequence(), record.sub_sequence(), other)
             }
-            Self::Malformed(_, sequence) => cmp_record(sequence, None, other),
+            Self::Malformed(malformed) => cmp_record(&malformed.1, None, other),
             Self::Undecodable(error) => {
                 let record = error.record();
                 cmp_record(record.sequence(), record.sub_sequence(), other)
@@ -89,7 +101,7 @@ impl Entry {
     pub(crate) fn position(&self) -> Position {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.position(),
-            Self::Malformed(_, sequence) => Position::record(sequence.clone()),
+            Self::Malformed(malformed) => Position::record(malformed.1.clone()),
             Self::Undecodable(error) => error.record().position(),
         }
     }
@@ -150,7 +162,7 @@ pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
                     Ok(records) => {
                         expanded.extend(records.into_records().into_iter().map(Entry::Record));
                     }
-                    Err(error) => expanded.push(Entry::Undecodable(error)),
+                    Err(error) => expanded.push(Entry::Undecodable(Box::new(error))),
                 }
             }
             other => expanded.push(other),
@@ -210,15 +222,16 @@ pub(crate) fn group(
     let mut unreportable = None;
     let total = parsed.len();
     for (index, item) in parsed.into_iter().enumerate() {
-        let (key, entry) = match item {
+        // A record's key is read from the record: cloned only for a new group, not for every
+        // record (two reference counts taken and given back).
+        let (malformed_key, entry) = match item {
             Ok(record) => {
-                let key = record.key().clone();
                 if cut.is_some_and(|cut| index > cut) {
                     // Past the malformed record: not dispatched, but its shard reports from it
                     // when the malformed record is not in the same group.
-                    (key, Entry::AfterMalformed(record))
+                    (None, Entry::AfterMalformed(record))
                 } else {
-                    (key, Entry::Record(record))
+                    (None, Entry::Record(record))
                 }
             }
             Err(malformed) => {
@@ -232,23 +245,32 @@ pub(crate) fn group(
                             .any(|group| group.key == *key && group.stops_after_malformed())
                     });
                     if !covered && unreportable.is_none() {
-                        unreportable = Some(malformed);
+                        unreportable = Some(*malformed);
                     }
                     continue;
                 };
                 let Some(key) = key else {
                     // No record of the batch names a shard: the first report covers the rest.
                     if orphans.is_empty() {
-                        orphans.push(malformed);
+                        orphans.push(*malformed);
                     }
                     continue;
                 };
-                (key, Entry::Malformed(malformed, sequence))
+                (
+                    Some(key),
+                    Entry::Malformed(Box::new((*malformed, sequence))),
+                )
             }
         };
-        if let Some(group) = groups.iter_mut().find(|group| group.key == key) {
-            group.entries.push(entry);
+        let key = malformed_key
+            .as_ref()
+            .or_else(|| entry.key())
+            .expect("a record names its key");
+        let found = groups.iter().position(|group| group.key == *key);
+        if let Some(found) = found {
+            groups[found].entries.push(entry);
         } else {
+            let key = key.clone();
             // Lambda sends one shard per batch: the first group is sized for the rest of the
             // batch at once. Growing it record by record would reallocate it a dozen times for
             // 10,000 records, and each large allocation makes glibc's malloc consolidate every

@@ -291,6 +291,7 @@ pub(crate) async fn run<H: Handler>(
                 }
                 tracing::warn!(
                     sequence = %pending[index].sequence(),
+                    sub_sequence = pending[index].sub_sequence(),
                     partition_key = key,
                     %reason,
                     "the record is not done; its partition key stops"

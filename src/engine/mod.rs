@@ -67,8 +67,9 @@ pub(crate) async fn run<H: Handler>(
         time_left_ms = invocation.time_left().map(|left| left.as_millis()),
         "batch received"
     );
-    let (mut groups, orphans, unreportable) = group(parse_event(&mut event));
-    if settings.deaggregate {
+    let (parsed, aggregates) = parse_event(&mut event);
+    let (mut groups, orphans, unreportable) = group(parsed);
+    if settings.deaggregate && aggregates {
         for group in &mut groups {
             group.entries = deaggregate(std::mem::take(&mut group.entries));
         }

@@ -60,7 +60,12 @@ pub(crate) async fn dispatch<H: Handler>(
         match runner.attempt(entry, &mut failing).await {
             Ok(disposition) => dispositions[index] = disposition,
             Err(reason) => {
-                tracing::warn!(sequence = %entry.sequence(), %reason, "the record is not done; stopping");
+                tracing::warn!(
+                    sequence = %entry.sequence(),
+                    sub_sequence = entry.sub_sequence(),
+                    %reason,
+                    "the record is not done; stopping"
+                );
                 dispositions[index] = Disposition::Reported;
                 return Dispatched {
                     dispositions,

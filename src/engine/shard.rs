@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::attempt::Runner;
 use super::batch::{Entry, Settled, ShardBatch, prior, settled, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
@@ -209,8 +211,9 @@ async fn run_shard_at<H: Handler>(
     let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
     let entries = Arc::new(Settled(entries));
     let source: Arc<dyn PositionSource> = entries.clone();
-    let dispositions = std::iter::repeat_n(Disposition::Duplicate, skipped).chain(dispositions);
-    let records = RecordReports::shared(source, 0, dispositions);
+    let runs = std::iter::once((Disposition::Duplicate, skipped))
+        .chain(dispositions.into_iter().map(|disposition| (disposition, 1)));
+    let records = RecordReports::shared(source, 0, runs);
     if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
         let sequence = entries.0[index].sequence().clone();
         tracing::info!(%sequence, %reason, "reporting the first record not done");
@@ -413,8 +416,17 @@ async fn parent_tail<H: Handler>(
         key: parent.clone(),
         entries,
     };
-    // Boxed: a parent's run may recover its own parent's tail in turn.
-    let report = run_boxed(settings, batch, invocation, depth + 1).await;
+    // Boxed: a parent's run may recover its own parent's tail in turn. In a span of its own,
+    // inside the child's: its lines name the parent's records, and the parent as their shard.
+    let span = tracing::info_span!(
+        "shard",
+        stream = parent.stream(),
+        shard = parent.shard(),
+        records = batch.entries.len(),
+    );
+    let report = run_boxed(settings, batch, invocation, depth + 1)
+        .instrument(span)
+        .await;
     let ran_whole = report.stopped.is_none();
     if ran_whole && let Some(unread) = &unread {
         // The rest of the tail is for the next held batch of a child: the row proves it.

@@ -74,28 +74,37 @@ impl Default for RecordReports {
 }
 
 impl RecordReports {
-    /// Reports of the records of `source` from `start` on, one per disposition of
-    /// `dispositions`, in order.
+    /// Reports of the records of `source` from `start` on, in order: `count` records of each
+    /// `(disposition, count)` of `runs` (a batch's leading duplicates are one run, however
+    /// many: nothing is done per record for them).
     pub(crate) fn shared(
         source: Arc<dyn PositionSource>,
         start: usize,
-        dispositions: impl IntoIterator<Item = Disposition>,
+        runs: impl IntoIterator<Item = (Disposition, usize)>,
     ) -> Self {
         let mut records = Self {
             positions: Positions::Shared { source, start },
             runs: Vec::new(),
         };
-        for disposition in dispositions {
-            records.push_disposition(disposition);
+        for (disposition, count) in runs {
+            records.push_run(disposition, count);
         }
         records
     }
 
     fn push_disposition(&mut self, disposition: Disposition) {
+        self.push_run(disposition, 1);
+    }
+
+    /// `count` more records of `disposition`.
+    fn push_run(&mut self, disposition: Disposition, count: usize) {
+        if count == 0 {
+            return;
+        }
         match self.runs.last_mut() {
-            Some((end, last)) if *last == disposition => *end += 1,
+            Some((end, last)) if *last == disposition => *end += count,
             _ => {
-                let end = self.len() + 1;
+                let end = self.len() + count;
                 self.runs.push((end, disposition));
             }
         }
@@ -391,7 +400,11 @@ mod tests {
     }
 
     fn shared(dispositions: &[Disposition]) -> RecordReports {
-        RecordReports::shared(Arc::new(Numbers), 0, dispositions.iter().copied())
+        RecordReports::shared(
+            Arc::new(Numbers),
+            0,
+            dispositions.iter().map(|&disposition| (disposition, 1)),
+        )
     }
 
     fn listed(dispositions: &[Disposition]) -> RecordReports {
@@ -410,6 +423,31 @@ mod tests {
             .iter()
             .map(|record| (record.position.to_string(), record.disposition))
             .collect()
+    }
+
+    #[test]
+    fn a_run_given_whole_reads_as_its_records_given_one_by_one() {
+        let whole = RecordReports::shared(
+            Arc::new(Numbers),
+            0,
+            [
+                (Duplicate, 3),
+                (Processed, 0),
+                (Duplicate, 1),
+                (Processed, 2),
+            ],
+        );
+        let one_by_one = shared(&[
+            Duplicate, Duplicate, Duplicate, Duplicate, Processed, Processed,
+        ]);
+        assert_eq!(shown(&whole), shown(&one_by_one));
+        assert_eq!(
+            whole.runs().count(),
+            2,
+            "an empty run adds none, and like runs join"
+        );
+        assert_eq!(whole.count(Duplicate), 4);
+        assert_eq!(whole.len(), 6);
     }
 
     #[test]
