@@ -2074,3 +2074,209 @@ async fn in_the_partition_key_mode_without_a_record_age_told_a_closed_parents_ta
     let parent = LeaseKey::new("orders", PARENT);
     assert_eq!(store.read(&parent).await.unwrap().lease_owner, None);
 }
+
+/// A memory stream that counts the calls made to it (every one would be a Kinesis request).
+struct CountingMemory {
+    inner: kinesis_checkpoint::local::MemoryStream,
+    calls: AtomicUsize,
+}
+
+impl Topology for CountingMemory {
+    fn shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<ShardInfo>, TopologyError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.shards(stream)
+    }
+
+    fn exhausted<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, TopologyError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.exhausted(stream, shard, after)
+    }
+
+    fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.retention(stream)
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        range: &'a SkippedRange,
+        budget: ReadBudget,
+    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.read_range(stream, shard, range, budget)
+    }
+}
+
+/// A memory stream of records 0 to 7 on one shard, counted, and a processor over it on
+/// `store` whose handler notes every `n`.
+fn contended_setup<S: CheckpointStore>(
+    store: Arc<S>,
+) -> (
+    kinesis_checkpoint::local::MemoryStream,
+    Arc<CountingMemory>,
+    Seen,
+    Processor<impl Handler + use<S>>,
+) {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..8);
+    let topology = Arc::new(CountingMemory {
+        inner: stream.clone(),
+        calls: AtomicUsize::new(0),
+    });
+    let seen = Seen::default();
+    let processor = Processor::new(store, seen.handler(&[]))
+        .gate(Gate::new(topology.clone(), StartingPosition::TrimHorizon));
+    (stream, topology, seen, processor)
+}
+
+#[tokio::test]
+async fn records_after_a_seed_consumers_checkpoint_inside_a_batch_turned_away_on_every_delivery_are_recovered_by_the_next_batch()
+ {
+    seed_inside_a_batch_turned_away(Arc::new(MemoryLeaseStore::new())).await;
+}
+
+#[tokio::test]
+async fn on_dynamodb_records_after_a_seed_consumers_checkpoint_inside_a_batch_turned_away_on_every_delivery_are_recovered_by_the_next_batch()
+ {
+    let moto = Moto::shared().sdk_config(1).await;
+    let table = unique("leases");
+    create_lease_table(&moto, &table).await;
+    seed_inside_a_batch_turned_away(Arc::new(DynamoLeaseStore::new(&moto, table))).await;
+}
+
+/// A batch turned away on every delivery by a seed consumer's lease, inside which the seed
+/// consumer then checkpoints; the mapping gives up on it, and the next batch recovers the
+/// records after the seed's checkpoint, on `store`.
+async fn seed_inside_a_batch_turned_away<S: CheckpointStore + LeaseStore>(store: Arc<S>) {
+    let (stream, _, seen, processor) = contended_setup(store.clone());
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // A seed-crate consumer holds the shard's lease: the mapping's batch of records 2 to 5 is
+    // turned away on every delivery (marked `contended` at 2) and never claimed.
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    let turned_away = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..6),
+            &context("away", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        turned_away.shards[0].stopped,
+        Some((_, StopReason::LeaseHeld { .. }))
+    ));
+    // The seed consumer runs records 2 and 3, checkpoints 3 with the seed's methods (the mark
+    // is now below its checkpoint, and nothing else says so) and lets the shard go.
+    seen.0.lock().unwrap().extend([2, 3]);
+    let third = stream.records(SHARD)[3].sequence.clone();
+    assert!(store.checkpoint(&key, "seed", &third).await.unwrap());
+    store.release(&key, "seed").await.unwrap();
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(stream.records(SHARD)[2].sequence.clone())
+    );
+    assert_eq!(row.reported, None, "nothing else marks the batch");
+    // The mapping gave up on records 2 to 5; its next batch starts at 6.
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "records 4 and 5 once, before the batch, in order"
+    );
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(
+        row.contended_done, row.contended,
+        "the recovering write records the mark done"
+    );
+}
+
+#[tokio::test]
+async fn the_owners_write_past_a_contended_mark_records_it_done_and_the_next_normal_batch_makes_no_kinesis_call()
+ {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let (stream, topology, seen, processor) = contended_setup(store.clone());
+    let key = LeaseKey::new("orders", SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // A concurrent delivery of records 2 to 5 is turned away by a lingering lease.
+    assert!(
+        store
+            .acquire(&key, "lingering", Duration::from_millis(50))
+            .await
+            .unwrap()
+    );
+    let turned_away = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..6),
+            &context("away", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(turned_away.shards[0].stopped.is_some());
+    let mark = Position::record(stream.records(SHARD)[2].sequence.parse().unwrap());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    // Its redelivery runs it: the owner's write moves the checkpoint past the mark.
+    let owner = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..6),
+            &context("owner", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(owner.shards[0].stopped.is_none() && owner.shards[0].gap.is_none());
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(row.contended.as_ref(), Some(&mark), "the mark stays");
+    assert_eq!(row.contended_done, Some(mark), "recorded done by the owner");
+    // The next batch is a normal one: no gap, and not one call to the stream.
+    let calls = topology.calls.load(Ordering::SeqCst);
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 6..8),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_none(), "{next:?}");
+    assert_eq!(
+        topology.calls.load(Ordering::SeqCst),
+        calls,
+        "no Kinesis call"
+    );
+    assert_eq!(seen.all(), (0..8).collect::<Vec<_>>());
+}

@@ -495,6 +495,7 @@ pub(crate) fn last_write(
         failing: dispatched.failing.clone(),
         done_above,
         reported,
+        contended_done: crate::gap::contended_done(state, progress.as_ref().or(checkpoint)),
         ..Commit::default()
     }
     .learnt_parents(parent_shards.map(<[String]>::to_vec));

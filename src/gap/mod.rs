@@ -28,6 +28,15 @@
 //! | (another writer, a seed-crate consumer, checkpointed at or past it) | left behind, at or below the checkpoint: a batch that starts after the checkpoint is read from it, since that writer knew nothing of what the mapping skipped |
 //! | another owner holds or took the lease, or the store failed | not written: the row belongs to the other owner, or cannot be written |
 //!
+//! A batch turned away (another owner's live lease, a claim the store refused) is remembered
+//! beside it, in `contended`, written without the lease and never removed. A write of the
+//! toolkit whose checkpoint reaches the mark it read records that mark in `contended_done`;
+//! so a `contended` mark at or below the checkpoint that is not `contended_done` was passed by
+//! another writer (a seed consumer that checkpointed inside the batch turned away), and a batch
+//! that starts after the checkpoint is read from it, as for `reported`. A mark written between
+//! the toolkit's read and its write is not recorded (it was never read): it costs one reading
+//! (an empty one: two Kinesis requests), and that batch's write records it.
+//!
 //! When the records cannot be read (the processor has no gate, or its topology cannot read
 //! records), the gap is logged as an error naming stream, shard and range, counted in the `Gap`
 //! metric, and the batch goes on: the mapping has already moved past the skipped records and
@@ -273,16 +282,35 @@ fn outstanding<'a>(state: &'a LeaseState, checkpoint: Option<&Position>) -> Opti
         .min()
 }
 
-/// The checkpoint, when it was moved to or past the reported record by another writer: the
-/// toolkit's own writes never leave `reported` at or below the checkpoint (a batch done whole
-/// removes it), but a seed-crate consumer sharing the table checkpoints without knowing it. Its
-/// checkpoint says nothing of the records after it that the mapping may have given up on
-/// meanwhile, so a batch that starts after the checkpoint is read from it.
+/// The checkpoint, when it was moved to or past the reported record or the `contended` mark
+/// by another writer: the toolkit's own writes never leave `reported` at or below the
+/// checkpoint (a batch done whole removes it), and a write of its own that moves the
+/// checkpoint to or past the mark it read records that mark as
+/// [`contended_done`](LeaseState::contended_done); but a seed-crate consumer sharing the table
+/// checkpoints without knowing of either. Its checkpoint says nothing of the records after it
+/// that the mapping may have given up on meanwhile, so a batch that starts after the
+/// checkpoint is read from it. (A mark written by a batch turned away between the toolkit's
+/// read and its write is taken for one: it costs that one reading, and the write after it
+/// records it done.)
 fn overtaken<'a>(state: &LeaseState, checkpoint: Option<&'a Position>) -> Option<&'a Position> {
-    let (Some(reported), Some(checkpoint)) = (state.reported.as_ref(), checkpoint) else {
-        return None;
-    };
-    (reported <= checkpoint && *checkpoint != Position::ShardEnd).then_some(checkpoint)
+    let checkpoint = checkpoint.filter(|checkpoint| **checkpoint != Position::ShardEnd)?;
+    let reported = state
+        .reported
+        .as_ref()
+        .is_some_and(|reported| reported <= checkpoint);
+    let contended = state.contended.as_ref().is_some_and(|contended| {
+        contended <= checkpoint && state.contended_done.as_ref() != Some(contended)
+    });
+    (reported || contended).then_some(checkpoint)
+}
+
+/// The `contended` mark of the row as read, when a write of this toolkit whose checkpoint is
+/// `after` lands: the toolkit did the batch it marks (or read what another writer passed), so
+/// the write records it done, unless it already is. Never a mark the toolkit did not read.
+pub(crate) fn contended_done(state: &LeaseState, after: Option<&Position>) -> Option<Position> {
+    let contended = state.contended.as_ref()?;
+    let reached = after.is_some_and(|after| contended <= after);
+    (reached && state.contended_done.as_ref() != Some(contended)).then(|| contended.clone())
 }
 
 /// What to remember of a batch starting at `first` that runs nothing (held, unreadable gap):
@@ -364,6 +392,53 @@ mod tests {
         };
         let range = detect(&contended, Some(&at(25)), &at(30)).expect("read after it");
         assert_eq!(range.from, ReadFrom::After("25".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_contended_mark_another_writer_checkpointed_past_is_read_after_its_checkpoint() {
+        // A batch from 20 was turned away (contended 20); a seed consumer checkpointed 25
+        // inside it, knowing nothing of the mark; the mapping may have given up on the rest.
+        let passed = LeaseState {
+            contended: Some(at(20)),
+            ..LeaseState::default()
+        };
+        let range = detect(&passed, Some(&at(25)), &at(30)).expect("read after it");
+        assert_eq!(range.from, ReadFrom::After("25".parse().unwrap()));
+        assert_eq!(
+            detect(&passed, Some(&at(25)), &at(25)),
+            None,
+            "a redelivery"
+        );
+        // The toolkit's own write past the mark recorded it done: a normal batch.
+        let done = LeaseState {
+            contended_done: Some(at(20)),
+            ..passed.clone()
+        };
+        assert_eq!(detect(&done, Some(&at(25)), &at(30)), None);
+        // A newer mark than the one recorded done is another batch turned away.
+        let newer = LeaseState {
+            contended: Some(at(22)),
+            ..done.clone()
+        };
+        assert!(detect(&newer, Some(&at(25)), &at(30)).is_some());
+    }
+
+    #[test]
+    fn a_write_records_done_only_the_mark_it_read_and_reached() {
+        let state = LeaseState {
+            contended: Some(at(20)),
+            ..LeaseState::default()
+        };
+        assert_eq!(contended_done(&state, Some(&at(20))), Some(at(20)));
+        assert_eq!(contended_done(&state, Some(&at(30))), Some(at(20)));
+        assert_eq!(contended_done(&state, Some(&at(19))), None, "not reached");
+        assert_eq!(contended_done(&state, None), None, "never checkpointed");
+        let recorded = LeaseState {
+            contended_done: Some(at(20)),
+            ..state
+        };
+        assert_eq!(contended_done(&recorded, Some(&at(30))), None, "already");
+        assert_eq!(contended_done(&row(None), Some(&at(30))), None, "no mark");
     }
 
     #[test]

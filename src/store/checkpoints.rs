@@ -84,6 +84,12 @@ pub struct Commit {
     pub done_above: Option<Vec<Position>>,
     /// The change to the record reported to Lambda (see [`LeaseState::reported`]).
     pub reported: ReportedChange,
+    /// The row's [`contended`](LeaseState::contended) mark as read, when this write's
+    /// checkpoint lies at or past it: recorded in
+    /// [`contended_done`](LeaseState::contended_done), so that the mark is not taken for one
+    /// another writer passed (`None`: leave as is). The mark itself is left alone: a batch
+    /// turned away since may have written a new one, which this write never read.
+    pub contended_done: Option<Position>,
 }
 
 impl Commit {
@@ -377,7 +383,7 @@ pub trait CheckpointStore: Send + Sync + 'static {
     ///
     /// Every field of [`Commit`] is applied: the checkpoint (a position inside an aggregate
     /// beside the record [`Below`] names), the failing record, the parents when not empty,
-    /// `done_above` when `Some`, and the reported record.
+    /// `done_above` when `Some`, the reported record, and `contended_done` when `Some`.
     fn commit<'a>(
         &'a self,
         key: &'a LeaseKey,

@@ -2,7 +2,7 @@
 //! field (feature `testing`).
 //!
 //! A layer that rebuilds a write and forgets a field (the failing record, the records done
-//! above the checkpoint, the parents, a key's reported record) loses it silently: nothing
+//! above the checkpoint, the parents, a key's reported record, the contended mark passed) loses it silently: nothing
 //! fails until a redelivery runs a record twice or skips one. One check, used by the crate's
 //! own layers and by the test layers of its integration tests, so the two cannot drift apart
 //! as the writes gain fields: every field of every write goes through the layer and is read
@@ -83,6 +83,7 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
         parentless: false,
         done_above: Some(vec![at("400"), at("500")]),
         reported: ReportedChange::Set(at("301")),
+        contended_done: Some(at("150")),
     };
     assert!(store.commit(&key, "a", &commit).await.expect("commit"));
     let row = inner.read(&key).await.expect("read");
@@ -96,6 +97,7 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
     assert_eq!(row.parent_shards, commit.parent_shards, "parents");
     assert_eq!(row.done_above, vec![at("400"), at("500")], "done_above");
     assert_eq!(row.reported, Some(at("301")), "reported");
+    assert_eq!(row.contended_done, Some(at("150")), "contended_done");
     assert_eq!(row.lease_owner, None, "released");
     assert_eq!(
         store.read(&key).await.expect("read"),
@@ -224,6 +226,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         parentless: false,
         done_above: Some(vec![at("1005")]),
         reported: ReportedChange::Set(at("1002")),
+        contended_done: Some(at("990")),
     };
     let item =
         std::collections::HashMap::from([("id".to_owned(), AttributeValue::S("i-1".to_owned()))]);
@@ -263,6 +266,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     assert_eq!(row.parent_shards, commit.parent_shards, "parents");
     assert_eq!(row.done_above, vec![at("1005")], "done_above");
     assert_eq!(row.reported, Some(at("1002")), "reported");
+    assert_eq!(row.contended_done, Some(at("990")), "contended_done");
     assert_eq!(row.lease_owner, None, "released");
     let id = ItemId::new("items", &item);
     assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");

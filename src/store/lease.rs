@@ -108,9 +108,15 @@ pub struct LeaseState {
     /// The first record of the last batch turned away by a live lease of another owner (a
     /// concurrent delivery, or an owner whose release did not land): written without the
     /// lease and never removed by the owner, so that the mapping giving up on that batch
-    /// while the lease lingers is still found as a gap. Meaningful only while it is above the
-    /// checkpoint.
+    /// while the lease lingers is still found as a gap. Meaningful above the checkpoint; at
+    /// or below it too, unless it is [`contended_done`](LeaseState::contended_done).
     pub contended: Option<Position>,
+    /// The `contended` mark this toolkit's own last write moved the checkpoint to or past (as
+    /// it read the mark): that batch was done by the toolkit. A `contended` mark at or below
+    /// the checkpoint that is not this one was passed by another writer (a seed-crate
+    /// consumer, which knows nothing of it), whose checkpoint proves nothing of the records
+    /// after it: a batch that starts after it is read from it (see [`gap`](crate::gap)).
+    pub contended_done: Option<Position>,
 }
 
 /// A record that failed and will be delivered again, as the shard's row remembers it: the

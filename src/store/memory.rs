@@ -183,6 +183,9 @@ impl MemoryLeaseStore {
             ReportedChange::Set(position) => row.reported = Some(position.clone()),
             ReportedChange::Clear => row.reported = None,
         }
+        if let Some(done) = &commit.contended_done {
+            row.contended_done = Some(done.clone());
+        }
         if release {
             Self::free(row);
         } else {

@@ -39,7 +39,8 @@ const MOMENT: Duration = Duration::from_secs(10);
 ///   discards after an invocation died on it, or after it was reported, goes unnoticed: no gap
 ///   is found.
 /// - **`contended`**: [`mark_contended`](CheckpointStore::mark_contended) does nothing, so a
-///   batch the mapping discards while another owner's lease lingers goes unnoticed too.
+///   batch the mapping discards while another owner's lease lingers goes unnoticed too; the
+///   commit's `contended_done` (the mark it passed) is dropped with it, having no mark to name.
 /// - **progress inside a KPL aggregate**: a position inside an aggregate is not written (only
 ///   checked, by a renew, that the lease is still held); the record done whole before it is.
 ///   The sub-records done so far run again after a redelivery: a duplicate, never a loss.

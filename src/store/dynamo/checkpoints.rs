@@ -241,6 +241,13 @@ impl DynamoLeaseStore {
                 );
             }
         }
+        if let Some(done) = &commit.contended_done {
+            clauses.set.push("contended_done = :contended_done");
+            request = request.expression_attribute_values(
+                ":contended_done",
+                AttributeValue::S(done.to_string()),
+            );
+        }
         if release {
             clauses.remove.extend([OWNER, EXPIRY]);
         }

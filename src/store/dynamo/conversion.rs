@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::schema::{
-    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, CONTENDED, COUNTER, DONE_ABOVE,
-    EXPIRES_AT, EXPIRY, FAILING, OWNER, PARENTLESS, PARENTS, REPORTED,
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, CONTENDED, CONTENDED_DONE,
+    COUNTER, DONE_ABOVE, EXPIRES_AT, EXPIRY, FAILING, OWNER, PARENTLESS, PARENTS, REPORTED,
 };
 use crate::sequence::Position;
 use crate::store::{FailingRecord, LeaseState};
@@ -49,6 +49,7 @@ pub(super) fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseS
         .unwrap_or_default();
     state.reported = string(REPORTED).and_then(|member| positions_of(&[member]).pop());
     state.contended = string(CONTENDED).and_then(|member| positions_of(&[member]).pop());
+    state.contended_done = string(CONTENDED_DONE).and_then(|member| positions_of(&[member]).pop());
     state
 }
 

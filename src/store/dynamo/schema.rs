@@ -19,6 +19,8 @@ pub(super) const EXPIRES_AT: &str = "expires_at";
 pub(super) const DONE_ABOVE: &str = "done_above";
 pub(super) const REPORTED: &str = "reported";
 pub(super) const CONTENDED: &str = "contended";
+/// The `contended` mark the toolkit's own last write passed; other writers ignore it.
+pub(super) const CONTENDED_DONE: &str = "contended_done";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 pub(super) const TAKEABLE: &str =
