@@ -304,6 +304,15 @@ fn overtaken<'a>(state: &LeaseState, checkpoint: Option<&'a Position>) -> Option
     (reported || contended).then_some(checkpoint)
 }
 
+/// Whether the row's `contended` mark is not known done: above the checkpoint, or at or below
+/// it but passed by another writer (not [`contended_done`](LeaseState::contended_done)). A
+/// closed parent's row showing one proves trouble to the gate.
+pub(crate) fn contended_open(state: &LeaseState, checkpoint: Option<&Position>) -> bool {
+    state.contended.as_ref().is_some_and(|mark| {
+        checkpoint.is_none_or(|done| mark > done) || state.contended_done.as_ref() != Some(mark)
+    })
+}
+
 /// The `contended` mark of the row as read, when a write of this toolkit whose checkpoint is
 /// `after` lands: the toolkit did the batch it marks (or read what another writer passed), so
 /// the write records it done, unless it already is. Never a mark the toolkit did not read.

@@ -99,7 +99,7 @@ pub(super) async fn check(
 /// The closed parent that `held` names, when its row proves trouble: a `reported` record (the
 /// toolkit removes it once it passes it; one left at or below the checkpoint was overtaken by
 /// another writer, which knew nothing of what the mapping skipped), or a `contended` mark
-/// above the checkpoint. The mapping may have given up on the batch it names, and if that was
+/// not known done (above the checkpoint, or passed by another writer). The mapping may have given up on the batch it names, and if that was
 /// the parent's last, it will never deliver the parent again. Also any closed parent not
 /// finished, when the mapping has a record age limit (`aged`): the records of its tail older
 /// than the limit the mapping dropped (or will) without a delivery, which leaves no mark (a
@@ -120,10 +120,7 @@ async fn troubled(
     }
     let row = store.read(&parent).await?;
     let checkpoint = row.position().ok().flatten();
-    let contended = row
-        .contended
-        .as_ref()
-        .is_some_and(|mark| checkpoint.as_ref().is_none_or(|done| mark > done));
+    let contended = crate::gap::contended_open(&row, checkpoint.as_ref());
     Ok((row.reported.is_some() || contended).then_some(parent))
 }
 

@@ -29,8 +29,9 @@
 //! batch of a closed parent. It never delivers that parent again, so nothing would ever move its
 //! checkpoint to the shard's end, and its children would be held for ever (and discarded in
 //! turn). So when a closed parent that is not finished holds a child, and the parent's row
-//! proves trouble (a `reported` record, or a `contended` mark above its checkpoint: the batch
-//! the mapping may have given up on), the child's invocation recovers the parent's tail itself:
+//! proves trouble (a `reported` record, or a `contended` mark not known done, above its
+//! checkpoint or passed by another writer: the batch the mapping may have given up on), the
+//! child's invocation recovers the parent's tail itself:
 //! it claims the parent's lease (another live owner: the child stays held, as before), reads the
 //! parent's records after its checkpoint (from inside a partial aggregate, by the row's
 //! aggregate progress) to the shard's end through [`Topology::read_range`], the reading gap
