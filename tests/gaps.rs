@@ -2280,3 +2280,61 @@ async fn the_owners_write_past_a_contended_mark_records_it_done_and_the_next_nor
     );
     assert_eq!(seen.all(), (0..8).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_child_held_by_a_closed_parent_whose_last_batch_was_turned_away_and_checkpointed_inside_by_a_seed_consumer_runs_the_rest_of_it_first()
+ {
+    let (stream, store, seen, processor, child) = split_setup(&[]);
+    let parent = LeaseKey::new("orders", PARENT);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(done.shards[0].stopped.is_none());
+    // A seed consumer holds the parent's lease: the parent's last batch (records 2 and 3) is
+    // turned away on every delivery, and the mapping gives up on it.
+    assert!(
+        store
+            .acquire(&parent, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    let turned_away = processor
+        .process_batch(
+            memory_delivery(&stream, PARENT, 2..4),
+            &context("p2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        turned_away.shards[0].stopped,
+        Some((_, StopReason::LeaseHeld { .. }))
+    ));
+    // The seed consumer runs record 2 only, checkpoints it and lets the parent go.
+    seen.0.lock().unwrap().push(2);
+    let second = stream.records(PARENT)[2].sequence.clone();
+    assert!(store.checkpoint(&parent, "seed", &second).await.unwrap());
+    store.release(&parent, "seed").await.unwrap();
+
+    let report = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_none(), "{report:?}");
+    let tail = &report.shards[0].parents;
+    assert_eq!(tail.len(), 1, "{report:?}");
+    assert_eq!(tail[0].count(Disposition::Processed), 1);
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "record 3 first, once each, in order"
+    );
+    let row = store.read(&parent).await.unwrap();
+    assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
+}
