@@ -144,14 +144,17 @@ mod tests {
     /// is `env` only (a test cannot change its own process's environment soundly), and says
     /// whether it passed.
     fn passes_in_a_child_with(name: &str, env: &[(&str, &str)]) -> bool {
-        std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
             .args([name, "--exact", "--ignored", "--test-threads=1"])
             .env_clear()
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .envs(env.iter().copied())
-            .status()
-            .expect("the test binary runs")
-            .success()
+            .output()
+            .expect("the test binary runs");
+        if !child.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&child.stdout));
+        }
+        child.status.success()
     }
 
     /// What a child process checks: the configuration's region and access key are the ones
