@@ -359,7 +359,6 @@ fn series(dir: &Path, ledger_env: &[(String, String)]) -> Vec<Function> {
     }
     functions.extend([
         Function::new("ledger", true, ledger.clone(), ledger_env.to_vec()),
-        Function::new("ledger", true, ledger.clone(), ledger_env.to_vec()),
         Function::new(
             "ledger, system roots",
             true,
