@@ -19,7 +19,12 @@
 //! directory (what the SDK's own client reads by default), "bundle only" the bundle with an
 //! empty directory.
 //!
-//! The binaries are `target/release/{ledger,bare}`; `make bench` builds them first
+//! The floor is measured twice: `bare` as `lambda_runtime`'s examples write a function
+//! (`#[tokio::main]`, a worker thread per CPU), and `bare-current-thread`, the same on tokio's
+//! current-thread runtime, which the ledger uses when Lambda hands it one invocation at a time;
+//! the ledger's series are reported as multiples of each.
+//!
+//! The binaries are `target/release/{ledger,bare,bare-current-thread}`; `make bench` builds them first
 //! (`cargo build --release -p ledger -p bare`). `COLDSTART_BINARIES` names another directory
 //! holding both (another profile's); `COLDSTART_BEFORE` a directory holding an earlier
 //! `ledger`, run in the same alternation, for a before-and-after. `COLDSTART_RUNS` (default 20)
@@ -294,6 +299,9 @@ fn main() {
     report(&functions, &dir, runs);
 }
 
+/// The series of `functions/bare`'s `bare-current-thread`.
+const CURRENT_THREAD_BARE: &str = "bare, current-thread runtime";
+
 /// Environment variables from pairs of strings.
 fn aws(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
@@ -332,8 +340,24 @@ fn series(dir: &Path, ledger_env: &[(String, String)]) -> Vec<Function> {
         ("SSL_CERT_DIR", &no_cert_dir.display().to_string()),
     ]);
     let ledger = dir.join("ledger");
-    let mut functions = vec![
-        Function::new("bare", true, dir.join("bare"), Vec::new()),
+    let mut functions = vec![Function::new("bare", true, dir.join("bare"), Vec::new())];
+    // The same floor on the current-thread runtime, which the ledger runs on when Lambda hands
+    // it one invocation at a time; a directory of binaries built before it existed lacks it.
+    let current_thread = dir.join("bare-current-thread");
+    if current_thread.exists() {
+        functions.push(Function::new(
+            CURRENT_THREAD_BARE,
+            true,
+            current_thread,
+            Vec::new(),
+        ));
+    } else {
+        println!(
+            "{} is missing: its series is left out",
+            current_thread.display()
+        );
+    }
+    functions.extend([
         Function::new("ledger", true, ledger.clone(), ledger_env.to_vec()),
         Function::new(
             "ledger, system roots",
@@ -359,7 +383,7 @@ fn series(dir: &Path, ledger_env: &[(String, String)]) -> Vec<Function> {
             ledger,
             bundle_only,
         ),
-    ];
+    ]);
     // The binaries of an earlier commit, for a before-and-after in the same run.
     if let Some(before) = std::env::var_os("COLDSTART_BEFORE").map(PathBuf::from) {
         let ledger = before.join("ledger");
@@ -412,15 +436,21 @@ fn report(functions: &[Function], dir: &Path, runs: usize) {
             ms(percentile(&function.cpu, 50)),
         );
     }
-    let bare = &functions[0];
-    for ledger in &functions[1..] {
-        println!(
-            "ratio {} / bare, cold median: {:.2} (p90: {:.2}; CPU median: {:.2})",
-            ledger.name,
-            ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
-            ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
-            ms(percentile(&ledger.cpu, 50)) / ms(percentile(&bare.cpu, 50)),
-        );
+    let floors: Vec<&Function> = functions
+        .iter()
+        .filter(|f| f.name.starts_with("bare"))
+        .collect();
+    for bare in floors {
+        for ledger in functions.iter().filter(|f| !f.name.starts_with("bare")) {
+            println!(
+                "ratio {} / {}, cold median: {:.2} (p90: {:.2}; CPU median: {:.2})",
+                ledger.name,
+                bare.name,
+                ms(percentile(&ledger.cold, 50)) / ms(percentile(&bare.cold, 50)),
+                ms(percentile(&ledger.cold, 90)) / ms(percentile(&bare.cold, 90)),
+                ms(percentile(&ledger.cpu, 50)) / ms(percentile(&bare.cpu, 50)),
+            );
+        }
     }
     // The same series of the earlier binaries, when they ran.
     for before in functions.iter().filter(|f| f.name.starts_with("before: ")) {

@@ -14,8 +14,24 @@
 //! by `SSL_CERT_FILE` or `SSL_CERT_DIR` (a proxy that re-signs TLS, a private endpoint with its
 //! own authority), or a proxy (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, which only the SDK's
 //! client reads).
+//!
+//! The region and the credentials: Lambda gives both in the environment (`AWS_REGION`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), and the SDK's default
+//! chains would find them there first. But `aws_config` builds each chain whole before asking
+//! it: the credentials chain builds its profile, web-identity, container and instance-metadata
+//! providers (the last with a client of its own), and resolves the region a second time for
+//! them. So when the environment's providers have an answer, the loader is handed those
+//! providers themselves, the first links of the default chains, and the rest is never built;
+//! without one (a laptop's profile, a container's endpoint, an instance's metadata), the
+//! default chain is built as before. Everything else (endpoints, retries, timeouts, profile
+//! settings) is still read by `aws_config`.
 
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::environment::{
+    EnvironmentVariableCredentialsProvider, EnvironmentVariableRegionProvider,
+};
+use aws_config::meta::region::ProvideRegion;
+use aws_config::{BehaviorVersion, ConfigLoader, SdkConfig};
+use aws_sdk_dynamodb::config::ProvideCredentials;
 use aws_smithy_http_client::tls::{self, TlsContext, TrustStore, rustls_provider::CryptoMode};
 
 /// The roots AWS endpoints chain to: Amazon Root CA 1 to 4 and Starfield Services Root
@@ -67,7 +83,9 @@ impl Roots {
 
 /// The configuration of every client, from the environment as `aws_config::load_from_env`
 /// reads it, with an HTTPS client that trusts `roots`. Loading it sends no request; the clients
-/// built from it share one HTTPS client, so one connection pool.
+/// built from it share one HTTPS client, so one connection pool. The region and credentials
+/// the environment gives are taken from it without building the rest of the default chains
+/// (see the module's doc).
 ///
 /// ```no_run
 /// # async fn run() {
@@ -75,7 +93,7 @@ impl Roots {
 /// # }
 /// ```
 pub async fn sdk_config(roots: Roots) -> SdkConfig {
-    let loader = aws_config::defaults(BehaviorVersion::latest());
+    let loader = from_environment(aws_config::defaults(BehaviorVersion::latest())).await;
     match roots {
         Roots::System => loader.load().await,
         Roots::AmazonTrustServices => {
@@ -93,6 +111,21 @@ pub async fn sdk_config(roots: Roots) -> SdkConfig {
     }
 }
 
+/// `loader` given the environment's region provider and credentials provider, each only when
+/// it has an answer: the first link of the default chain, which would have answered the same,
+/// without the rest of the chain built behind it.
+async fn from_environment(mut loader: ConfigLoader) -> ConfigLoader {
+    let region = EnvironmentVariableRegionProvider::new();
+    if region.region().await.is_some() {
+        loader = loader.region(region);
+    }
+    let credentials = EnvironmentVariableCredentialsProvider::new();
+    if credentials.provide_credentials().await.is_ok() {
+        loader = loader.credentials_provider(credentials);
+    }
+    loader
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +138,81 @@ mod tests {
         // cannot parse.
         let config = sdk_config(Roots::AmazonTrustServices).await;
         let _ = aws_sdk_dynamodb::Client::new(&config);
+    }
+
+    /// Runs the ignored test `name` of this binary alone, in a child process whose environment
+    /// is `env` only (a test cannot change its own process's environment soundly), and says
+    /// whether it passed.
+    fn passes_in_a_child_with(name: &str, env: &[(&str, &str)]) -> bool {
+        let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([name, "--exact", "--ignored", "--test-threads=1"])
+            .env_clear()
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .envs(env.iter().copied())
+            .output()
+            .expect("the test binary runs");
+        if !child.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&child.stdout));
+        }
+        child.status.success()
+    }
+
+    /// What a child process checks: the configuration's region and access key are the ones
+    /// `EXPECT_REGION` and `EXPECT_KEY` name.
+    #[tokio::test]
+    #[ignore = "run in a child process, with the environment of its caller"]
+    async fn child_region_and_credentials_are_the_expected_ones() {
+        let config = sdk_config(Roots::AmazonTrustServices).await;
+        let expected = |name| std::env::var(name).expect("the caller names what to expect");
+        assert_eq!(
+            config.region().map(ToString::to_string),
+            Some(expected("EXPECT_REGION"))
+        );
+        let credentials = config
+            .credentials_provider()
+            .expect("a credentials provider")
+            .provide_credentials()
+            .await
+            .expect("credentials");
+        assert_eq!(credentials.access_key_id(), expected("EXPECT_KEY"));
+    }
+
+    #[test]
+    fn region_and_credentials_come_from_the_environment_when_it_has_them() {
+        assert!(passes_in_a_child_with(
+            "aws::tests::child_region_and_credentials_are_the_expected_ones",
+            &[
+                ("AWS_REGION", "eu-west-3"),
+                ("AWS_ACCESS_KEY_ID", "AKIDFROMENV"),
+                ("AWS_SECRET_ACCESS_KEY", "secret"),
+                ("AWS_SESSION_TOKEN", "token"),
+                ("EXPECT_REGION", "eu-west-3"),
+                ("EXPECT_KEY", "AKIDFROMENV"),
+            ],
+        ));
+    }
+
+    #[test]
+    fn without_them_the_default_chains_read_the_profile_files() {
+        let dir = std::env::temp_dir().join(format!("ledger-aws-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (config, credentials) = (dir.join("config"), dir.join("credentials"));
+        std::fs::write(&config, "[default]\nregion = eu-north-1\n").unwrap();
+        std::fs::write(
+            &credentials,
+            "[default]\naws_access_key_id = AKIDFROMPROFILE\naws_secret_access_key = secret\n",
+        )
+        .unwrap();
+        let passed = passes_in_a_child_with(
+            "aws::tests::child_region_and_credentials_are_the_expected_ones",
+            &[
+                ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+                ("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()),
+                ("EXPECT_REGION", "eu-north-1"),
+                ("EXPECT_KEY", "AKIDFROMPROFILE"),
+            ],
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(passed);
     }
 }

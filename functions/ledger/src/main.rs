@@ -31,8 +31,30 @@ use kinesis_checkpoint::{
 use ledger::transactional::LedgerMode;
 use ledger::{DynamoBook, required};
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
+fn main() -> Result<(), lambda_runtime::Error> {
+    runtime()?.block_on(serve())
+}
+
+/// The tokio runtime: one thread when Lambda hands this process one invocation at a time (classic
+/// Lambda: `AWS_LAMBDA_MAX_CONCURRENCY` unset or 1), as its single invocation is one chain of
+/// futures, records of several keys included (`MAX_IN_FLIGHT` runs them as futures of the one
+/// invocation, not as threads); a worker per CPU when Lambda Managed Instances send several at
+/// once, which then run in parallel. The multi-threaded runtime's workers cost start-up time a
+/// lone invocation gains nothing from (BENCHMARKS.md, "Cold start").
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let concurrent = std::env::var("AWS_LAMBDA_MAX_CONCURRENCY")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n > 1);
+    let mut builder = if concurrent {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build()
+}
+
+async fn serve() -> Result<(), lambda_runtime::Error> {
     ledger::init_logging();
     let config = ledger::aws::sdk_config(ledger::aws::Roots::from_env()).await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
