@@ -10,12 +10,14 @@ use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
 use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
-use crate::gap::keys::{aged_range, held_mark, lane_mark, lane_range, next_mark};
+use crate::gap::keys::{
+    aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark,
+};
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
 use crate::report::StopReason;
 use crate::sequence::Position;
-use crate::store::{KeyCommit, ReportedChange};
+use crate::store::{KeyCommit, LeaseState, ReportedChange};
 
 /// What the keys' rows proved skipped before a batch, and what was read of it.
 #[derive(Default)]
@@ -27,6 +29,22 @@ pub(super) struct Found {
     pub(super) unread: Option<Position>,
     /// The range, for the shard's report.
     pub(super) gap: Option<GapReport>,
+    /// The lane, when its keys' marks proved the range.
+    pub(super) lane: Option<Lane>,
+}
+
+/// The lane whose keys' marks proved a range, and its rows ([`lane_row`]: one per mark, saying
+/// where a range read in parts goes on). A key first met in a later part is known as the
+/// lane's by its mark, so while the range is read in parts the marks stay (see
+/// [`kept_mark`]) and the lane's rows carry the progress: the first record not done. Read in
+/// one `BatchGetItem` when a mark proves a gap, written in one `TransactWriteItems` after each
+/// part but the last; a batch with no gap costs nothing more.
+pub(super) struct Lane {
+    /// The marks that proved the range, lowest first.
+    pub(super) marks: Vec<Position>,
+    /// The lane's rows as read, one per mark; `None` when they could not be read (the range
+    /// is then read from the lowest mark, and no progress is written).
+    rows: Option<Vec<LeaseState>>,
 }
 
 /// Why nothing may run: the range could not be read.
@@ -54,6 +72,7 @@ pub(super) async fn recover<H>(
         .collect();
     detected.sort();
     detected.dedup();
+    let mut lane = None;
     let range = if detected.is_empty() {
         match aged(settings, keys, first, shard_checkpoint, invocation) {
             Some(range) => range,
@@ -74,7 +93,10 @@ pub(super) async fn recover<H>(
             first = %first.sequence(),
             "a batch starts after the record its partition keys' lane was reported at: the event source mapping skipped records"
         );
-        lane_range(&detected, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
+        let found = read_lane(settings, key, detected.clone()).await;
+        let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
+        lane = Some(found);
+        lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
     };
     let suspicion = detected.is_empty();
     let Some(skipped) = read(settings, key, &range, invocation).await? else {
@@ -124,7 +146,71 @@ pub(super) async fn recover<H>(
         entries,
         unread,
         gap: Some(GapReport::new(range, outcome)),
+        lane,
     })
+}
+
+/// Reads the rows of the lane of `marks` (see [`Lane`]). A failed reading is logged: the range
+/// is then read from the lowest mark (more than needed; what is done is skipped).
+async fn read_lane<H>(settings: &Settings<H>, shard: &LeaseKey, marks: Vec<Position>) -> Lane {
+    let rows: Vec<LeaseKey> = marks.iter().map(|mark| lane_row(shard, mark)).collect();
+    let rows = match settings.store.read_rows(&rows).await {
+        Ok(rows) => Some(rows),
+        Err(error) => {
+            tracing::warn!(%error, "could not read the lane's rows; reading its range from its marks");
+            None
+        }
+    };
+    Lane { marks, rows }
+}
+
+impl Lane {
+    /// Where each mark's reading goes on from, before a batch starting at `first`.
+    fn starts<'a>(&'a self, first: &Position) -> Vec<&'a Position> {
+        self.marks
+            .iter()
+            .enumerate()
+            .map(|(index, mark)| {
+                let progress = self
+                    .rows
+                    .as_ref()
+                    .and_then(|rows| rows.get(index))
+                    .and_then(|row| row.reported.as_ref());
+                lane_start(mark, progress, first)
+            })
+            .collect()
+    }
+}
+
+/// Writes where the lane's range read in part goes on (`progress`: the first record of it not
+/// done) into the lane's rows, one per mark, in one `TransactWriteItems` per 100 marks. Only
+/// after the keys' rows were all written: a key refused there runs its records again, so the
+/// reading must not pass them. A failure is logged; it costs only a part read again.
+pub(super) async fn advance_lane<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    lane: &Lane,
+    progress: &Position,
+    now: u64,
+) {
+    let Some(rows) = &lane.rows else {
+        return;
+    };
+    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
+    let commits: Vec<(String, KeyCommit)> = lane
+        .marks
+        .iter()
+        .zip(rows)
+        .filter(|(_, row)| row.reported.as_ref() != Some(progress))
+        .map(|(mark, row)| {
+            let mut commit = KeyCommit::new(lane_row(shard, mark), row.lease_counter);
+            commit.reported = ReportedChange::Set(progress.clone());
+            commit.expires_at = Some(expires_at);
+            (mark.to_string(), commit)
+        })
+        .collect();
+    // A row written meanwhile (another delivery of the lane read on) is logged by `write`.
+    let _refused = write(settings.store.as_ref(), &commits).await;
 }
 
 /// Reads `range` with the one reader of skipped records: `None` when nothing can read it
@@ -259,12 +345,15 @@ async fn of_the_lane<H>(
 /// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
 /// that is not done (or not read yet), while there is one: every key read here (the batch's,
 /// and those of the lane found in the range) is then marked there, so that whichever of them
-/// comes next reads on from it, even after the mapping gave up on this batch too.
+/// comes next reads on from it, even after the mapping gave up on this batch too. While the
+/// lane's range is read in parts (`in_parts`: the marks that proved it), each key keeps its
+/// mark instead (see [`kept_mark`]): the lane's rows say where the reading goes on.
 pub(super) fn marks(
     keys: &HashMap<String, KeyRow>,
     batch: &[Entry],
     pending: Option<&Position>,
     reported: Option<&Position>,
+    in_parts: Option<&[Position]>,
 ) -> HashMap<String, ReportedChange> {
     let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
         batch
@@ -277,9 +366,13 @@ pub(super) fn marks(
         .map(|(partition_key, row)| {
             let comes_again = row.in_batch && again.contains(partition_key.as_str());
             let old = row.state.reported.as_ref();
+            let keep = match in_parts {
+                Some(marks) => kept_mark(old, marks),
+                None => pending,
+            };
             (
                 partition_key.clone(),
-                next_mark(old, pending, reported, comes_again),
+                next_mark(old, keep, reported, comes_again),
             )
         })
         .filter(|(_, change)| *change != ReportedChange::Keep)

@@ -183,6 +183,7 @@ pub(crate) async fn run_shard<H: Handler>(
         entries: mut all,
         unread,
         gap,
+        lane,
     } = match found {
         Ok(found) => found,
         Err(unread) => {
@@ -246,16 +247,27 @@ pub(crate) async fn run_shard<H: Handler>(
     let mut run = keyed::run(&runner, &entries[..runnable], &known, &is_done, 0, limits).await;
     run.states.resize_with(entries.len(), || State::Waiting);
 
+    // The first record of what the lane skipped not done (or not read yet), while there is one.
+    let pending = |run: &keyed::Run| {
+        let lowest = run.lowest_not_done();
+        if lowest < recovered {
+            Some(entries[lowest].position())
+        } else {
+            unread.clone()
+        }
+    };
+    // A range read in part: the lane's keys keep the marks that proved it, and its rows say
+    // where the next part starts.
+    let in_parts = lane
+        .as_ref()
+        .filter(|_| unread.is_some())
+        .map(|lane| lane.marks.as_slice());
     // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
     // batch's first while anything the lane skipped is not done.
     // (For the run's states as they end: a record failing at the commit lowers it.)
     let marks = |run: &keyed::Run| {
         let lowest = run.lowest_not_done();
-        let pending = if lowest < recovered {
-            Some(entries[lowest].position())
-        } else {
-            unread.clone()
-        };
+        let pending = pending(run);
         let reported_at = if pending.is_none() {
             entries.get(lowest).map(Entry::position)
         } else {
@@ -266,6 +278,7 @@ pub(crate) async fn run_shard<H: Handler>(
             &entries[recovered..],
             pending.as_ref(),
             reported_at.as_ref(),
+            in_parts,
         )
     };
     let batch = Batch {
@@ -276,6 +289,14 @@ pub(crate) async fn run_shard<H: Handler>(
         now: invocation.now(),
     };
     let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
+    // Once every key's row is written, the lane's rows say where the next part starts.
+    if let (Some(lane), Some(progress), true) = (
+        lane.as_ref().filter(|_| in_parts.is_some()),
+        pending(&run),
+        refused.is_empty(),
+    ) {
+        gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
+    }
     // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
     if !refused.is_empty() && !settings.transactional {
         // Those keys' records run again when redelivered: mark them so, and report from the
