@@ -43,6 +43,9 @@
 //! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
 //! by the next delivery), filtered to the lane's keys (the batch's, and those whose rows carry
 //! the same mark: they were in the batch that set it), and their records not done run first.
+//! A range read in parts keeps those marks on the lane's keys until it is read whole (a key
+//! first met in a later part is the lane's by its mark), and the lane's own row says where the
+//! next part starts (see `gaps::Lane`).
 //! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
 //! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
 //! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
@@ -58,8 +61,9 @@
 //! costs twice the write capacity of a plain write (transactions do); marking early costs one
 //! more write per 100 keys whose mark changes (none on a redelivery). A held batch costs a read
 //! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
-//! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
-//! the batch.
+//! one per page of `GetRecords`), one more `BatchGetItem` per 100 keys of the range outside
+//! the batch, one more for the lane's rows when marks proved it, and one more
+//! `TransactWriteItems` per part but the last of a range read in parts.
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
 //! stream retention of 7) after their last write: a key silent for longer than the stream
