@@ -2080,6 +2080,10 @@ async fn in_the_partition_key_mode_without_a_record_age_told_a_closed_parents_ta
 /// child's invocation runs both tails (each under its parent's lease, each parent's keys in
 /// order), both parents are finished, and the child's own records run after.
 #[tokio::test(start_paused = true)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario: both parents' batches, the merge, the child held, then run"
+)]
 async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails_then_its_own_records()
  {
     use kinesis_checkpoint::clock::{Clock, TokioClock};
@@ -2088,7 +2092,7 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
     let parents = ["shardId-000000000000", "shardId-000000000001"];
     // One key routed to each parent.
     let key_of = |shard: &str| {
-        (0..)
+        (0..1_000)
             .map(|n| format!("customer-{n}"))
             .find(|key| stream.shard_of(key) == shard)
             .unwrap()
@@ -2168,12 +2172,8 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
     let mut tails_ran = all[4..8].to_vec();
     tails_ran.sort_unstable();
     assert_eq!(tails_ran, [2, 3, 12, 13], "both tails before the child");
-    assert!(
-        all[4..8]
-            .windows(2)
-            .all(|w| w[0] / 10 != w[1] / 10 || w[0] < w[1]),
-        "per key in order"
-    );
+    let at = |n: u64| all.iter().position(|&m| m == n).unwrap();
+    assert!(at(2) < at(3) && at(12) < at(13), "each key in order");
     let mut child_ran = all[8..].to_vec();
     child_ran.sort_unstable();
     assert_eq!(

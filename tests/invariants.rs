@@ -96,6 +96,8 @@ mod common;
 mod kpl_encoder;
 #[path = "invariants/letters.rs"]
 mod letters;
+#[path = "invariants/parts.rs"]
+mod parts;
 #[path = "invariants/seed_consumer.rs"]
 mod seed_consumer;
 #[path = "invariants/skew.rs"]
@@ -273,6 +275,8 @@ struct Harness {
     record_age: Option<Duration>,
     /// The mapping's finite `MaximumRetryAttempts`, which each invocation's gate is told.
     retry_attempts: Option<u32>,
+    /// Skipped ranges are read at most this many records at a time (`parts.rs`).
+    read_cap: Option<usize>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
     /// Each invocation's clock is off by up to this much (milliseconds): the processor's
@@ -294,8 +298,14 @@ impl Harness {
         sink: Arc<dyn DeadLetterSink>,
     ) -> Processor<H, M> {
         let clock = self.shared.clock.clone();
-        let mut gate =
-            Gate::new(self.topology.clone(), StartingPosition::TrimHorizon).clock(clock.clone());
+        let topology: Arc<dyn kinesis_checkpoint::gate::Topology> = match self.read_cap {
+            Some(cap) => Arc::new(parts::Capped {
+                inner: self.topology.clone(),
+                cap,
+            }),
+            None => self.topology.clone(),
+        };
+        let mut gate = Gate::new(topology, StartingPosition::TrimHorizon).clock(clock.clone());
         if let Some(age) = self.record_age {
             gate = gate.maximum_record_age(age);
         }
@@ -686,6 +696,9 @@ struct Scenario {
     /// The mapping's `MaximumRecordAgeInSeconds`, which its gate is told too (in some
     /// discard scenarios): records are then written [`ARRIVAL_SPACING`] apart.
     record_age: Option<Duration>,
+    /// Skipped ranges are read at most this many records at a time (`parts.rs`): a range
+    /// longer than one reading, as one of more than 10,000 records is in Lambda.
+    read_cap: Option<usize>,
     /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
     /// nothing of the records done above a checkpoint under per-key concurrency).
     seed_consumer: bool,
@@ -745,6 +758,11 @@ impl Scenario {
         let record_age = (discards && discard_rng.chance(0.5))
             .then(|| Duration::from_millis(discard_rng.within(150..800)));
         let mapping = mapping.maximum_record_age(record_age);
+        // Half of the discards read what the mapping skipped in parts of 1 to 3 records, drawn
+        // apart too: in the partition-key mode a key of the lane may first appear in a later
+        // part, known as the lane's only by its mark.
+        let mut parts_rng = Rng::new(seed ^ 0x9A27_5EAD);
+        let read_cap = (discards && parts_rng.chance(0.5)).then(|| parts_rng.within(1..4) as usize);
         let chaotic = rng.chance(0.5);
         let in_flight = [1, 1, 4, 16][rng.below(4) as usize];
         // A five-method store keeps no failing record and no records done above the checkpoint
@@ -798,6 +816,7 @@ impl Scenario {
             max_attempts: rng.within(1..4) as u32,
             discards,
             record_age,
+            read_cap,
             // Up to ±1 s between invocations, the processor's default `clock_skew`; their
             // lease is then 3 s (the margin caps at a third of the TTL). The shard mode only,
             // which has a lease.
@@ -1285,6 +1304,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         seed_methods_only: scenario.seed_methods_only,
         record_age: scenario.record_age,
         retry_attempts: scenario.mapping.maximum_retry_attempts,
+        read_cap: scenario.read_cap,
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,

@@ -713,6 +713,10 @@ fn stream_delivery(
 /// once more), the keys' rows end at their last records with nothing failing, the parent's row
 /// is released and `SHARD_END`, and the child's own records run after.
 #[tokio::test(start_paused = true)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, from the parent's batches to the child's, with every row checked"
+)]
 async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_each_records_writes_once()
  {
     use kinesis_checkpoint::Position;
