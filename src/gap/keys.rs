@@ -122,6 +122,18 @@ pub(crate) fn aged_range<'a>(
         .min_by(|a, b| earlier(&a.from, &b.from))
 }
 
+/// `range`, started earlier when `other` (before the same record) starts earlier: a lane's
+/// proven range and what a key of the batch whose row proves nothing may have lost for its age.
+pub(crate) fn wider(range: SkippedRange, other: Option<SkippedRange>) -> SkippedRange {
+    match other {
+        Some(other) if earlier(&other.from, &range.from).is_lt() => SkippedRange {
+            from: other.from,
+            before: range.before,
+        },
+        _ => range,
+    }
+}
+
 /// Whichever of two starts reads more of the shard first.
 fn earlier(a: &ReadFrom, b: &ReadFrom) -> std::cmp::Ordering {
     use std::cmp::Ordering;
@@ -202,6 +214,16 @@ mod tests {
         );
         let range = lane_range(&[at(40), at(20)], &"50".parse().unwrap()).expect("a range");
         assert_eq!(range.from, ReadFrom::At("20".parse().unwrap()));
+        let aged = SkippedRange {
+            from: ReadFrom::TrimHorizon,
+            before: "50".parse().unwrap(),
+        };
+        assert_eq!(wider(range.clone(), Some(aged)).from, ReadFrom::TrimHorizon);
+        let later = SkippedRange {
+            from: ReadFrom::After("30".parse().unwrap()),
+            before: "50".parse().unwrap(),
+        };
+        assert_eq!(wider(range.clone(), Some(later)), range, "the lane's is earlier");
     }
 
     #[test]

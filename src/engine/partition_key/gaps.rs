@@ -12,6 +12,7 @@ use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gap::keys::{
     aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark,
+    wider,
 };
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
@@ -74,7 +75,7 @@ pub(super) async fn recover<H>(
     detected.dedup();
     let mut lane = None;
     let range = if detected.is_empty() {
-        match aged(settings, keys, first, shard_checkpoint, invocation) {
+        match aged(settings, keys.values(), first, shard_checkpoint, invocation) {
             Some(range) => range,
             None => return Ok(Found::default()),
         }
@@ -96,7 +97,17 @@ pub(super) async fn recover<H>(
         let found = read_lane(settings, key, detected.clone()).await;
         let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
         lane = Some(found);
-        lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
+        let range =
+            lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"));
+        // A key of the batch whose row proves nothing (not the lane's yet) may have lost records
+        // for their age before the lane's start: read from its checkpoint too, when suspect.
+        let unmarked = keys
+            .values()
+            .filter(|row| lane_mark(&row.state, shard_checkpoint, &start).is_none());
+        wider(
+            range,
+            aged(settings, unmarked, first, shard_checkpoint, invocation),
+        )
     };
     let suspicion = detected.is_empty();
     let Some(skipped) = read(settings, key, &range, invocation).await? else {
@@ -250,11 +261,12 @@ fn no_reader(range: SkippedRange) -> Found {
     }
 }
 
-/// The range before the batch's `first` record the lane may have dropped for its age: only
-/// with a gate that knows the mapping's record age limit (see [`aged_range`]).
-fn aged<H>(
+/// The range before the batch's `first` record the lane may have dropped for its age, over the
+/// rows of `keys`: only with a gate that knows the mapping's record age limit (see
+/// [`aged_range`]).
+fn aged<'a, H>(
     settings: &Settings<H>,
-    keys: &HashMap<String, KeyRow>,
+    keys: impl Iterator<Item = &'a KeyRow>,
     first: &Entry,
     shard_checkpoint: Option<&Position>,
     invocation: &Invocation,
@@ -266,9 +278,7 @@ fn aged<H>(
     let arrival = crate::clock::millis_since_epoch(record.arrival());
     let age = invocation.now().saturating_sub(arrival);
     // A key's records are done up to its checkpoint or the shard's, whichever is later.
-    let checkpoints = keys
-        .values()
-        .map(|row| row.checkpoint.as_ref().max(shard_checkpoint));
+    let checkpoints = keys.map(|row| row.checkpoint.as_ref().max(shard_checkpoint));
     aged_range(
         checkpoints,
         &record.position(),
