@@ -223,7 +223,11 @@ mod tests {
             from: ReadFrom::After("30".parse().unwrap()),
             before: "50".parse().unwrap(),
         };
-        assert_eq!(wider(range.clone(), Some(later)), range, "the lane's is earlier");
+        assert_eq!(
+            wider(range.clone(), Some(later)),
+            range,
+            "the lane's is earlier"
+        );
     }
 
     #[test]

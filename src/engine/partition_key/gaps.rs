@@ -11,8 +11,7 @@ use crate::engine::invocation::Invocation;
 use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gap::keys::{
-    aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark,
-    wider,
+    aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark, wider,
 };
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
@@ -96,18 +95,22 @@ pub(super) async fn recover<H>(
         );
         let found = read_lane(settings, key, detected.clone()).await;
         let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
-        lane = Some(found);
         let range =
             lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"));
-        // A key of the batch whose row proves nothing (not the lane's yet) may have lost records
-        // for their age before the lane's start: read from its checkpoint too, when suspect.
-        let unmarked = keys
-            .values()
-            .filter(|row| lane_mark(&row.state, shard_checkpoint, &start).is_none());
-        wider(
+        // A key of the batch may have lost records for their age before its mark (a held
+        // batch's mark says nothing of what was dropped before it) or with no mark at all: read
+        // from its checkpoint too, when the batch is suspect. Not a key whose lane has read on
+        // in parts: everything of it before where the reading goes on is settled.
+        let unsettled = keys.values().filter(|row| {
+            lane_mark(&row.state, shard_checkpoint, &start)
+                .is_none_or(|mark| !found.progressed(mark, &start))
+        });
+        let range = wider(
             range,
-            aged(settings, unmarked, first, shard_checkpoint, invocation),
-        )
+            aged(settings, unsettled, first, shard_checkpoint, invocation),
+        );
+        lane = Some(found);
+        range
     };
     let suspicion = detected.is_empty();
     let Some(skipped) = read(settings, key, &range, invocation).await? else {
@@ -176,6 +179,15 @@ async fn read_lane<H>(settings: &Settings<H>, shard: &LeaseKey, marks: Vec<Posit
 }
 
 impl Lane {
+    /// Whether the lane's reading of `mark` has gone on past it in parts, before a batch
+    /// starting at `first`.
+    fn progressed(&self, mark: &Position, first: &Position) -> bool {
+        self.marks
+            .iter()
+            .zip(self.starts(first))
+            .any(|(own, start)| own == mark && start != mark)
+    }
+
     /// Where each mark's reading goes on from, before a batch starting at `first`.
     fn starts<'a>(&'a self, first: &Position) -> Vec<&'a Position> {
         self.marks
