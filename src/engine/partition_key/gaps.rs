@@ -182,10 +182,16 @@ impl Lane {
     /// Whether the lane's reading of `mark` has gone on past it in parts, before a batch
     /// starting at `first`.
     fn progressed(&self, mark: &Position, first: &Position) -> bool {
-        self.marks
-            .iter()
-            .zip(self.starts(first))
-            .any(|(own, start)| own == mark && start != mark)
+        let Some(rows) = &self.rows else {
+            return false;
+        };
+        self.marks.iter().zip(rows).any(|(own, row)| {
+            own == mark
+                && row
+                    .reported
+                    .as_ref()
+                    .is_some_and(|progress| progress >= mark && progress < first)
+        })
     }
 
     /// Where each mark's reading goes on from, before a batch starting at `first`.
@@ -203,6 +209,24 @@ impl Lane {
             })
             .collect()
     }
+}
+
+/// After a part of a range read only because the batch was old (no mark proved it), whose
+/// keys are now marked at `progress`: writes the lane's row of that mark, saying that the
+/// reading has gone on to there, so that the next batch reads on from the mark instead of
+/// from the keys' checkpoints again. One `TransactWriteItems`; a row already there (the same
+/// mark proved a range before) is left as it is.
+pub(super) async fn settle_aged<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    progress: &Position,
+    now: u64,
+) {
+    let lane = Lane {
+        marks: vec![progress.clone()],
+        rows: Some(vec![LeaseState::default()]),
+    };
+    advance_lane(settings, shard, &lane, progress, now).await;
 }
 
 /// Writes where the lane's range read in part goes on (`progress`: the first record of it not

@@ -301,6 +301,16 @@ pub(crate) async fn run_shard<H: Handler>(
     ) {
         gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
     }
+    // A range read in part only because the batch was old: its keys are marked where it goes
+    // on, and the lane's row of that mark says the reading got there.
+    if let (None, Some(progress), true, true) = (
+        lane.as_ref(),
+        pending(&run),
+        unread.is_some(),
+        refused.is_empty(),
+    ) {
+        gaps::settle_aged(settings, &key, &progress, invocation.now()).await;
+    }
     // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
     if !refused.is_empty() && !settings.transactional {
         // Those keys' records run again when redelivered: mark them so, and report from the
