@@ -47,7 +47,8 @@
 //! first met in a later part is the lane's by its mark), and the lane's own row says where the
 //! next part starts (see `gaps::Lane`).
 //! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
-//! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
+//! lowest checkpoint (when a mark proves a range too, from those of its keys whose lane has not
+//! read on in parts). The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
 //! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
 //! that old.
 //!
