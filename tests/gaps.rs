@@ -2338,3 +2338,120 @@ async fn a_child_held_by_a_closed_parent_whose_last_batch_was_turned_away_and_ch
     let row = store.read(&parent).await.unwrap();
     assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
 }
+
+/// A merge's child held by two closed parents, whose last batches the mapping gave up on, in
+/// the partition-key mode: once no invocation of either parent can run their records, the
+/// child's invocation runs both tails (each under its parent's lease, each parent's keys in
+/// order), both parents are finished, and the child's own records run after.
+#[tokio::test(start_paused = true)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario: both parents' batches, the merge, the child held, then run"
+)]
+async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails_then_its_own_records()
+ {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 2).clock(clock.clone());
+    let parents = ["shardId-000000000000", "shardId-000000000001"];
+    // One key routed to each parent.
+    let key_of = |shard: &str| {
+        (0..1_000)
+            .map(|n| format!("customer-{n}"))
+            .find(|key| stream.shard_of(key) == shard)
+            .unwrap()
+    };
+    let keys = [key_of(parents[0]), key_of(parents[1])];
+    for (key, base) in keys.iter().zip([0_u64, 10]) {
+        for n in base..base + 4 {
+            stream.put(key, serde_json::json!({ "n": n }).to_string());
+        }
+    }
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+        .clock(clock.clone())
+        .maximum_record_age(AGE_LIMIT);
+    let processor = Processor::by_partition_key(store.clone(), seen.handler(&[2, 12]))
+        .clock(clock)
+        .gate(gate);
+    // Each parent: its first two records done, the third fails, and the mapping gives up on
+    // its last batch.
+    for (index, parent) in parents.iter().enumerate() {
+        for (range, request) in [(0..2, "1"), (2..4, "2")] {
+            processor
+                .process_batch(
+                    memory_delivery(&stream, parent, range),
+                    &context(&format!("p{index}-{request}"), 60_000),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(seen.all(), [0, 1, 10, 11]);
+    let child = stream.merge(parents[0], parents[1]);
+    for (key, base) in keys.iter().zip([20_u64, 30]) {
+        for n in base..base + 2 {
+            stream.put(key, serde_json::json!({ "n": n }).to_string());
+        }
+    }
+    let deliver_merged = async |request: &str| {
+        processor
+            .process_batch(
+                memory_delivery(&stream, &child, 0..4),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap()
+    };
+    let early = deliver_merged("c1").await;
+    assert!(
+        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{early:?}"
+    );
+    assert!(early.shards[0].parents.is_empty(), "{early:?}");
+
+    tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
+    let report = deliver_merged("c2").await;
+    let shard = &report.shards[0];
+    assert!(shard.stopped.is_none(), "{report:?}");
+    let mut tails: Vec<(String, usize)> = shard
+        .parents
+        .iter()
+        .map(|tail| {
+            (
+                tail.key.shard().to_owned(),
+                tail.count(Disposition::Processed),
+            )
+        })
+        .collect();
+    tails.sort();
+    assert_eq!(
+        tails,
+        [(parents[0].to_owned(), 2), (parents[1].to_owned(), 2)],
+        "{report:?}"
+    );
+    let all = seen.all();
+    assert_eq!(&all[..4], [0, 1, 10, 11]);
+    let mut tails_ran = all[4..8].to_vec();
+    tails_ran.sort_unstable();
+    assert_eq!(tails_ran, [2, 3, 12, 13], "both tails before the child");
+    let at = |n: u64| all.iter().position(|&m| m == n).unwrap();
+    assert!(at(2) < at(3) && at(12) < at(13), "each key in order");
+    let mut child_ran = all[8..].to_vec();
+    child_ran.sort_unstable();
+    assert_eq!(
+        child_ran,
+        [20, 21, 30, 31],
+        "the child's own records, once each, after"
+    );
+    for parent in parents {
+        let row = store.read(&LeaseKey::new("orders", parent)).await.unwrap();
+        assert_eq!(
+            row.position().unwrap(),
+            Some(Position::ShardEnd),
+            "{parent}"
+        );
+        assert_eq!(row.lease_owner, None, "{parent}'s lease is released");
+    }
+}

@@ -889,6 +889,128 @@ async fn in_the_partition_key_mode_a_skipped_range_longer_than_one_reading_runs_
     assert_eq!(seen, (0..total).collect::<Vec<_>>(), "every record once");
 }
 
+/// A key of the lane's reported batch whose records all lie after the first part of a skipped
+/// range read in parts: the lane's next batch does not hold it, and its rows are first seen in a
+/// later part, which the keys read before have been marked on from. It still counts as the
+/// lane's (its mark is the lane's, kept while the range is read in parts; where the reading goes
+/// on is the lane's own row), so its record runs, once; records of a key with no mark, which
+/// belong to another lane, are left to it.
+#[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario: the lane's batch, the first part, the last part, every row checked"
+)]
+async fn in_the_partition_key_mode_a_key_whose_skipped_records_all_lie_after_the_first_part_runs_them()
+ {
+    use kinesis_checkpoint::gap::{GapOutcome, MAX_RECOVERED_RECORDS};
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0, then b (another lane's, never delivered here), then c and a at the end.
+    let c = MAX_RECOVERED_RECORDS + 200;
+    for n in 0..=c + 1 {
+        let key = match n {
+            0 => "a",
+            n if n == c => "c",
+            n if n == c + 1 => "a",
+            _ => "b",
+        };
+        stream.put(key, json!({ "n": n }).to_string());
+    }
+    let (c, last) = (u64::try_from(c).unwrap(), c + 1);
+    let journal = Journal::default();
+    let store = Arc::new(MemoryLeaseStore::new());
+    let processor = Processor::by_partition_key(
+        store.clone(),
+        journal.handler(move |n, attempt| {
+            ((n == 0 || n == c) && attempt == 1).then(|| Outcome::retry("not yet"))
+        }),
+    )
+    .gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let records = stream.records(SHARD);
+    let pick = |indexes: &[usize]| {
+        let mut event = delivery(&stream, SHARD, 0..records.len());
+        event.records = indexes.iter().map(|&i| event.records[i].clone()).collect();
+        event
+    };
+    let mark = |partition_key: &str| {
+        let store = store.clone();
+        let row = row_key(&shard(), partition_key);
+        async move {
+            LeaseStore::read(store.as_ref(), &row)
+                .await
+                .unwrap()
+                .reported
+        }
+    };
+
+    // The lane's batch a0, c: both fail; both keys are marked at a0. The mapping gives up on
+    // it, and the lane's next batch is the last record, a's.
+    let report = processor
+        .process_batch(
+            pick(&[0, usize::try_from(c).unwrap()]),
+            &context("1", 60_000),
+        )
+        .await
+        .unwrap();
+    let a0 = records[0].sequence.clone();
+    assert_eq!(reported(&report.response()), std::slice::from_ref(&a0));
+    let report = processor
+        .process_batch(pick(&[last]), &context("2", 60_000))
+        .await
+        .unwrap();
+    let gap = report.shards[0].gap.as_ref().expect("a gap");
+    assert_eq!(gap.outcome, GapOutcome::Partial, "{gap:?}");
+    assert_eq!(
+        gap.recovered.len(),
+        1,
+        "a0 only: c is not in the first part"
+    );
+    // a keeps the mark that proved the range; the lane's row says where the next part starts.
+    let a0_mark = Some(kinesis_checkpoint::Position::record(a0.parse().unwrap()));
+    assert_eq!(
+        (mark("a").await, mark("c").await),
+        (a0_mark.clone(), a0_mark)
+    );
+    let lane = LeaseKey::new(STREAM, format!("{SHARD}#lane:{a0}"));
+    let lane = LeaseStore::read(store.as_ref(), &lane).await.unwrap();
+    assert_eq!(
+        lane.reported.map(|p| p.to_string()),
+        Some(records[MAX_RECOVERED_RECORDS - 1].sequence.clone()),
+        "the last record read, not run"
+    );
+    let report = processor
+        .process_batch(pick(&[last]), &context("3", 60_000))
+        .await
+        .unwrap();
+    let shard = &report.shards[0];
+    assert!(shard.stopped.is_none(), "{:?}", shard.stopped);
+    let gap = shard.gap.as_ref().expect("the rest of the gap");
+    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    assert_eq!(
+        gap.recovered
+            .iter()
+            .map(|r| r.position.to_string())
+            .collect::<Vec<_>>(),
+        [records[usize::try_from(c).unwrap()].sequence.clone()],
+        "c's record, in the second part"
+    );
+    let per_key = journal.per_key();
+    assert_eq!(per_key["a"], [0, u64::try_from(last).unwrap()]);
+    assert_eq!(
+        per_key.get("c").map(Vec::as_slice),
+        Some(&[c][..]),
+        "c's record, in the second part, runs once"
+    );
+    assert!(
+        !per_key.contains_key("b"),
+        "b's records are left to b's lane"
+    );
+    assert_eq!(journal.attempts.lock().unwrap()[&c], 2);
+}
+
 /// One handling of a record, as a boxed future.
 type Handling = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
 

@@ -676,3 +676,204 @@ async fn in_the_key_mode_kpl_sub_records_commit_in_chunks_that_end_inside_the_ag
         .unwrap();
     assert_eq!(row.checkpoint, Some(sequence(2)));
 }
+
+/// An event of the memory stream's records `range` of `shard`, as Lambda delivers them.
+fn stream_delivery(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    range: std::ops::Range<usize>,
+) -> aws_lambda_events::event::kinesis::KinesisEvent {
+    use base64::Engine;
+    let records: Vec<serde_json::Value> = stream.records(shard)[range]
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": r.partition_key,
+                    "sequenceNumber": r.sequence,
+                    "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
+                    "approximateArrivalTimestamp": 1_764_512_345.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("{shard}:{}", r.sequence),
+                "eventName": "aws:kinesis:record",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": format!("arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"),
+            })
+        })
+        .collect();
+    event(&records)
+}
+
+/// A closed parent's tail the mapping gave up on, run by its held child under a transactional
+/// handler: each of the tail's records commits its writes with its key's row, so every
+/// record's writes land once (the parent's done records are not run again, the failed one runs
+/// once more), the keys' rows end at their last records with nothing failing, the parent's row
+/// is released and `SHARD_END`, and the child's own records run after.
+#[tokio::test(start_paused = true)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, from the parent's batches to the child's, with every row checked"
+)]
+async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_each_records_writes_once()
+ {
+    use kinesis_checkpoint::Position;
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use std::sync::Mutex;
+    use std::time::Duration;
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1).clock(clock.clone());
+    // Two keys; the parent holds 0 to 5, one child both keys' 6 to 9 (the keys share a child
+    // when their hashes do; either way every child is delivered below).
+    for n in 0..6_u64 {
+        stream.put(
+            &format!("key-{}", n % 2),
+            serde_json::json!({ "n": n }).to_string(),
+        );
+    }
+    stream.split(SHARD);
+    for n in 6..10_u64 {
+        stream.put(
+            &format!("key-{}", n % 2),
+            serde_json::json!({ "n": n }).to_string(),
+        );
+    }
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    // Record 2 fails once: key-0's 2 and 4 wait, key-1's 3 and 5 are done.
+    let failed = Arc::new(Mutex::new(false));
+    let ran: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let handler = {
+        let ran = ran.clone();
+        move |record: Record| {
+            let n = n_of(&record);
+            let mut failed = failed.lock().unwrap();
+            let effect = if n == 2 && !*failed {
+                *failed = true;
+                Effect::Retry("downstream unavailable".into())
+            } else {
+                ran.lock().unwrap().push(n);
+                let counter = format!("count-{}", record.partition_key());
+                Effect::Commit(
+                    Writes::from(put_once("orders", &format!("order-{n}"), n))
+                        .with(count_up("orders", &counter)),
+                )
+            };
+            std::future::ready(effect)
+        }
+    };
+    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+        .clock(clock.clone())
+        .maximum_record_age(Duration::from_mins(1));
+    let processor = Processor::transactional_by_partition_key(store.clone(), handler)
+        .clock(clock.clone())
+        .gate(gate);
+    for (range, request) in [(0..2, "p1"), (2..6, "p2")] {
+        processor
+            .process_batch(
+                stream_delivery(&stream, SHARD, range),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(*ran.lock().unwrap(), [0, 1, 3, 5]);
+    let parent = shard();
+    let parent_rows = |key: &str| {
+        let store = store.clone();
+        let row = row_key(&parent, key);
+        async move { store.read(&row).await.unwrap() }
+    };
+    assert!(parent_rows("key-0").await.failing.is_some(), "2 failed");
+
+    // The mapping gives up on the parent's last batch; once no invocation of the parent can
+    // run any of it (the limit, the longest batching window and the longest invocation), the
+    // held child runs its tail.
+    let mut children: Vec<String> = (0..2)
+        .map(|key| stream.shard_of(&format!("key-{key}")))
+        .collect();
+    children.dedup();
+    tokio::time::sleep(Duration::from_mins(21) + Duration::from_secs(5)).await;
+    let mut tails = 0;
+    for (index, child) in children.iter().enumerate() {
+        let count = stream.records(child).len();
+        let report = processor
+            .process_batch(
+                stream_delivery(&stream, child, 0..count),
+                &context(&format!("c{index}"), 60_000),
+            )
+            .await
+            .unwrap();
+        let shard = &report.shards[0];
+        assert!(shard.stopped.is_none(), "{report:?}");
+        tails += shard
+            .parents
+            .iter()
+            .map(|tail| tail.count(Disposition::Processed))
+            .sum::<usize>();
+    }
+    assert_eq!(
+        tails, 2,
+        "the tail (2 and 4) ran once, in the first child's invocation"
+    );
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        &ran[..6],
+        [0, 1, 3, 5, 2, 4],
+        "the parent's tail before any child record"
+    );
+    let mut sorted = ran.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..10).collect::<Vec<_>>(), "every record once");
+    for n in 0..10 {
+        assert_eq!(
+            writes_of(&store, "orders", &format!("order-{n}")),
+            1,
+            "order-{n}"
+        );
+    }
+    assert_eq!(store.items("orders").len(), 12, "10 orders and 2 counters");
+    for key in ["key-0", "key-1"] {
+        let counter = store
+            .items("orders")
+            .into_iter()
+            .find(|item| item.get("id") == Some(&AttributeValue::S(format!("count-{key}"))))
+            .expect("a counter");
+        assert_eq!(counter["count"], AttributeValue::N("5".to_owned()), "{key}");
+    }
+    let records = stream.records(SHARD);
+    for (key, last) in [("key-0", 4), ("key-1", 5)] {
+        let row = parent_rows(key).await;
+        assert_eq!(
+            row.checkpoint.as_deref(),
+            Some(records[last].sequence.as_str()),
+            "{key}"
+        );
+        assert_eq!(row.failing, None, "{key} is settled");
+        // The parent's lanes are delivered no more: the marks of its last batch stay, and
+        // the row expires.
+        assert_eq!(
+            row.reported.map(|mark| mark.to_string()),
+            Some(records[2].sequence.clone()),
+            "{key}"
+        );
+    }
+    let row = store.read(&parent).await.unwrap();
+    assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
+    assert_eq!(row.lease_owner, None, "the parent's lease is released");
+    for child in &children {
+        for record in stream.records(child) {
+            let key = row_key(
+                &LeaseKey::new(STREAM, child.as_str()),
+                &record.partition_key,
+            );
+            let row = store.read(&key).await.unwrap();
+            assert!(
+                row.checkpoint.as_deref() >= Some(record.sequence.as_str()),
+                "{child}: {key}"
+            );
+        }
+    }
+}

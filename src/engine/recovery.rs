@@ -362,17 +362,13 @@ pub(crate) async fn read_tail<H>(
 ) -> Option<Tail> {
     let gate = settings.gate.as_deref()?;
     let range = gate.tail_range(row)?;
-    // A parent whose row proves no trouble (no `reported` record, no `contended` mark above
-    // its checkpoint; never read: no row at all) has its tail read only because the mapping
+    // A parent whose row proves no trouble (no `reported` record, no `contended` mark that
+    // is above its checkpoint or that another writer passed; never read: no row at all) has its tail read only because the mapping
     // has a record age limit. Records older than the limit the mapping drops, never delivering
     // them; younger ones it may still deliver, so they are left to it (the first of them is
     // where the next held child reads on).
     let checkpoint = row.position().ok().flatten();
-    let proven = row.reported.is_some()
-        || row
-            .contended
-            .as_ref()
-            .is_some_and(|mark| checkpoint.as_ref().is_none_or(|done| mark > done));
+    let proven = row.reported.is_some() || crate::gap::contended_open(row, checkpoint.as_ref());
     let older_than = gate
         .record_age()
         .filter(|_| !proven)

@@ -20,11 +20,19 @@
 //! - **Who lost them**: the keys of this batch (same lane) and the keys whose row carries the
 //!   same mark (they were in the batch that set it: same lane). Records of the range of any
 //!   other key belong to another lane, which may still be delivering them: never run here.
+//! - **Read in parts** (a range longer than one reading, 10,000 records in half the time
+//!   left): a key of the lane may have no record in the parts read so far, so its row is only
+//!   found in a later part, by its mark. So while the range is read in parts the lane's keys
+//!   keep their marks ([`kept_mark`]; a key read without one is given the lowest), and where
+//!   the reading goes on is written in the lane's own row ([`lane_row`], one per mark, its
+//!   `reported` the first record not done): the next batch reads on from there
+//!   ([`lane_start`]) and still knows the lane's keys by their marks.
 //! - **Suspected** ([`aged_range`]): a mapping with a record age limit drops a lagging lane's
 //!   oldest records without any report; a batch whose first record is nearly as old as the
 //!   limit is read before, from the lowest checkpoint of its keys (as in the shard mode).
 
 use super::suspected;
+use crate::key::LeaseKey;
 use crate::sequence::{Position, ReadFrom, SequenceNumber, SkippedRange};
 use crate::store::{LeaseState, ReportedChange};
 
@@ -64,6 +72,39 @@ pub(crate) fn lane_range(marks: &[Position], first: &SequenceNumber) -> Option<S
     })
 }
 
+/// The row of the lane whose keys carry `mark`, on the shard of `shard`: its `reported` is the
+/// first record of the lane's skipped range not done yet, while the range is read in parts.
+/// `stream:shard#lane:mark`: no shard id holds a `#`, so it is neither a shard's row nor a
+/// key's (`stream:shard:partition-key`), and nothing that reads those ever reads it.
+pub(crate) fn lane_row(shard: &LeaseKey, mark: &Position) -> LeaseKey {
+    LeaseKey::new(shard.stream(), format!("{}#lane:{mark}", shard.shard()))
+}
+
+/// Where the lane of `mark` reads on from before a batch starting at `first`: the lane row's
+/// `progress` (every record of the lane's keys before it is done), when it lies after the mark
+/// and before the batch; the mark itself otherwise.
+pub(crate) fn lane_start<'a>(
+    mark: &'a Position,
+    progress: Option<&'a Position>,
+    first: &Position,
+) -> &'a Position {
+    progress
+        .filter(|progress| mark < *progress && *progress < first)
+        .unwrap_or(mark)
+}
+
+/// The mark a key keeps while the lane's range (found by `marks`, not empty) is read in parts:
+/// its own when it is one of them, so that whichever of the lane's keys comes next still
+/// proves the range and still knows the keys not read yet; the lowest otherwise (a key of the
+/// batch with no mark, or another).
+pub(crate) fn kept_mark<'a>(
+    old: Option<&'a Position>,
+    marks: &'a [Position],
+) -> Option<&'a Position> {
+    old.filter(|old| marks.contains(old))
+        .or_else(|| marks.iter().min())
+}
+
 /// The range a batch starting at `first`, `age` old of the mapping's `limit` (milliseconds),
 /// may follow when the lane dropped records for their age: from the lowest of the batch's
 /// keys' `checkpoints` (a key never checkpointed: from the shard's start when `from_start`,
@@ -79,6 +120,18 @@ pub(crate) fn aged_range<'a>(
         .into_iter()
         .filter_map(|checkpoint| suspected(checkpoint, first, age, from_start))
         .min_by(|a, b| earlier(&a.from, &b.from))
+}
+
+/// `range`, started earlier when `other` (before the same record) starts earlier: a lane's
+/// proven range and what a key of the batch whose row proves nothing may have lost for its age.
+pub(crate) fn wider(range: SkippedRange, other: Option<SkippedRange>) -> SkippedRange {
+    match other {
+        Some(other) if earlier(&other.from, &range.from).is_lt() => SkippedRange {
+            from: other.from,
+            before: range.before,
+        },
+        _ => range,
+    }
 }
 
 /// Whichever of two starts reads more of the shard first.
@@ -161,6 +214,42 @@ mod tests {
         );
         let range = lane_range(&[at(40), at(20)], &"50".parse().unwrap()).expect("a range");
         assert_eq!(range.from, ReadFrom::At("20".parse().unwrap()));
+        let aged = SkippedRange {
+            from: ReadFrom::TrimHorizon,
+            before: "50".parse().unwrap(),
+        };
+        assert_eq!(wider(range.clone(), Some(aged)).from, ReadFrom::TrimHorizon);
+        let later = SkippedRange {
+            from: ReadFrom::After("30".parse().unwrap()),
+            before: "50".parse().unwrap(),
+        };
+        assert_eq!(
+            wider(range.clone(), Some(later)),
+            range,
+            "the lane's is earlier"
+        );
+    }
+
+    #[test]
+    fn a_lane_read_in_parts_goes_on_from_its_row_and_its_keys_keep_their_marks() {
+        let shard = LeaseKey::new("orders", "shardId-000000000000");
+        assert_eq!(
+            lane_row(&shard, &at(20)).to_string(),
+            "orders:shardId-000000000000#lane:20"
+        );
+        let (mark, first) = (at(20), at(50));
+        assert_eq!(lane_start(&mark, Some(&at(30)), &first), &at(30));
+        assert_eq!(lane_start(&mark, None, &first), &at(20));
+        assert_eq!(lane_start(&mark, Some(&at(10)), &first), &at(20), "older");
+        assert_eq!(
+            lane_start(&mark, Some(&at(50)), &first),
+            &at(20),
+            "not before"
+        );
+        let marks = [at(20), at(40)];
+        assert_eq!(kept_mark(Some(&at(40)), &marks), Some(&at(40)));
+        assert_eq!(kept_mark(None, &marks), Some(&at(20)));
+        assert_eq!(kept_mark(Some(&at(30)), &marks), Some(&at(20)));
     }
 
     #[test]

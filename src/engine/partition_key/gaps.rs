@@ -10,12 +10,14 @@ use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
 use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
-use crate::gap::keys::{aged_range, held_mark, lane_mark, lane_range, next_mark};
+use crate::gap::keys::{
+    aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark, wider,
+};
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
 use crate::report::StopReason;
 use crate::sequence::Position;
-use crate::store::{KeyCommit, ReportedChange};
+use crate::store::{KeyCommit, LeaseState, ReportedChange};
 
 /// What the keys' rows proved skipped before a batch, and what was read of it.
 #[derive(Default)]
@@ -27,6 +29,22 @@ pub(super) struct Found {
     pub(super) unread: Option<Position>,
     /// The range, for the shard's report.
     pub(super) gap: Option<GapReport>,
+    /// The lane, when its keys' marks proved the range.
+    pub(super) lane: Option<Lane>,
+}
+
+/// The lane whose keys' marks proved a range, and its rows ([`lane_row`]: one per mark, saying
+/// where a range read in parts goes on). A key first met in a later part is known as the
+/// lane's by its mark, so while the range is read in parts the marks stay (see
+/// [`kept_mark`]) and the lane's rows carry the progress: the first record not done. Read in
+/// one `BatchGetItem` when a mark proves a gap, written in one `TransactWriteItems` after each
+/// part but the last; a batch with no gap costs nothing more.
+pub(super) struct Lane {
+    /// The marks that proved the range, lowest first.
+    pub(super) marks: Vec<Position>,
+    /// The lane's rows as read, one per mark; `None` when they could not be read (the range
+    /// is then read from the lowest mark, and no progress is written).
+    rows: Option<Vec<LeaseState>>,
 }
 
 /// Why nothing may run: the range could not be read.
@@ -54,8 +72,9 @@ pub(super) async fn recover<H>(
         .collect();
     detected.sort();
     detected.dedup();
+    let mut lane = None;
     let range = if detected.is_empty() {
-        match aged(settings, keys, first, shard_checkpoint, invocation) {
+        match aged(settings, keys.values(), first, shard_checkpoint, invocation) {
             Some(range) => range,
             None => return Ok(Found::default()),
         }
@@ -74,7 +93,24 @@ pub(super) async fn recover<H>(
             first = %first.sequence(),
             "a batch starts after the record its partition keys' lane was reported at: the event source mapping skipped records"
         );
-        lane_range(&detected, first.sequence()).unwrap_or_else(|| unreachable!("marks found"))
+        let found = read_lane(settings, key, detected.clone()).await;
+        let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
+        let range =
+            lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"));
+        // A key of the batch may have lost records for their age before its mark (a held
+        // batch's mark says nothing of what was dropped before it) or with no mark at all: read
+        // from its checkpoint too, when the batch is suspect. Not a key whose lane has read on
+        // in parts: everything of it before where the reading goes on is settled.
+        let unsettled = keys.values().filter(|row| {
+            lane_mark(&row.state, shard_checkpoint, &start)
+                .is_none_or(|mark| !found.progressed(mark, &start))
+        });
+        let range = wider(
+            range,
+            aged(settings, unsettled, first, shard_checkpoint, invocation),
+        );
+        lane = Some(found);
+        range
     };
     let suspicion = detected.is_empty();
     let Some(skipped) = read(settings, key, &range, invocation).await? else {
@@ -124,7 +160,104 @@ pub(super) async fn recover<H>(
         entries,
         unread,
         gap: Some(GapReport::new(range, outcome)),
+        lane,
     })
+}
+
+/// Reads the rows of the lane of `marks` (see [`Lane`]). A failed reading is logged: the range
+/// is then read from the lowest mark (more than needed; what is done is skipped).
+async fn read_lane<H>(settings: &Settings<H>, shard: &LeaseKey, marks: Vec<Position>) -> Lane {
+    let rows: Vec<LeaseKey> = marks.iter().map(|mark| lane_row(shard, mark)).collect();
+    let rows = match settings.store.read_rows(&rows).await {
+        Ok(rows) => Some(rows),
+        Err(error) => {
+            tracing::warn!(%error, "could not read the lane's rows; reading its range from its marks");
+            None
+        }
+    };
+    Lane { marks, rows }
+}
+
+impl Lane {
+    /// Whether the lane's reading of `mark` has gone on past it in parts, before a batch
+    /// starting at `first`.
+    fn progressed(&self, mark: &Position, first: &Position) -> bool {
+        let Some(rows) = &self.rows else {
+            return false;
+        };
+        self.marks.iter().zip(rows).any(|(own, row)| {
+            own == mark
+                && row
+                    .reported
+                    .as_ref()
+                    .is_some_and(|progress| progress >= mark && progress < first)
+        })
+    }
+
+    /// Where each mark's reading goes on from, before a batch starting at `first`.
+    fn starts<'a>(&'a self, first: &Position) -> Vec<&'a Position> {
+        self.marks
+            .iter()
+            .enumerate()
+            .map(|(index, mark)| {
+                let progress = self
+                    .rows
+                    .as_ref()
+                    .and_then(|rows| rows.get(index))
+                    .and_then(|row| row.reported.as_ref());
+                lane_start(mark, progress, first)
+            })
+            .collect()
+    }
+}
+
+/// After a part of a range read only because the batch was old (no mark proved it), whose
+/// keys are now marked at `progress`: writes the lane's row of that mark, saying that the
+/// reading has gone on to there, so that the next batch reads on from the mark instead of
+/// from the keys' checkpoints again. One `TransactWriteItems`; a row already there (the same
+/// mark proved a range before) is left as it is.
+pub(super) async fn settle_aged<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    progress: &Position,
+    now: u64,
+) {
+    let lane = Lane {
+        marks: vec![progress.clone()],
+        rows: Some(vec![LeaseState::default()]),
+    };
+    advance_lane(settings, shard, &lane, progress, now).await;
+}
+
+/// Writes where the lane's range read in part goes on (`progress`: the first record of it not
+/// done) into the lane's rows, one per mark, in one `TransactWriteItems` per 100 marks. Only
+/// after the keys' rows were all written: a key refused there runs its records again, so the
+/// reading must not pass them. A failure is logged; it costs only a part read again.
+pub(super) async fn advance_lane<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    lane: &Lane,
+    progress: &Position,
+    now: u64,
+) {
+    let Some(rows) = &lane.rows else {
+        return;
+    };
+    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
+    let commits: Vec<(String, KeyCommit)> = lane
+        .marks
+        .iter()
+        .zip(rows)
+        .filter(|(_, row)| row.reported.as_ref() != Some(progress))
+        .map(|(mark, row)| {
+            let mut commit = KeyCommit::new(lane_row(shard, mark), row.lease_counter);
+            commit.reported = ReportedChange::Set(progress.clone());
+            commit.expires_at = Some(expires_at);
+            (mark.to_string(), commit)
+        })
+        .collect();
+    // A row written meanwhile (another delivery of the lane read on) is logged by `write`.
+    let _refused = write(settings.store.as_ref(), &commits).await;
 }
 
 /// Reads `range` with the one reader of skipped records: `None` when nothing can read it
@@ -164,11 +297,12 @@ fn no_reader(range: SkippedRange) -> Found {
     }
 }
 
-/// The range before the batch's `first` record the lane may have dropped for its age: only
-/// with a gate that knows the mapping's record age limit (see [`aged_range`]).
-fn aged<H>(
+/// The range before the batch's `first` record the lane may have dropped for its age, over the
+/// rows of `keys`: only with a gate that knows the mapping's record age limit (see
+/// [`aged_range`]).
+fn aged<'a, H>(
     settings: &Settings<H>,
-    keys: &HashMap<String, KeyRow>,
+    keys: impl Iterator<Item = &'a KeyRow>,
     first: &Entry,
     shard_checkpoint: Option<&Position>,
     invocation: &Invocation,
@@ -180,9 +314,7 @@ fn aged<H>(
     let arrival = crate::clock::millis_since_epoch(record.arrival());
     let age = invocation.now().saturating_sub(arrival);
     // A key's records are done up to its checkpoint or the shard's, whichever is later.
-    let checkpoints = keys
-        .values()
-        .map(|row| row.checkpoint.as_ref().max(shard_checkpoint));
+    let checkpoints = keys.map(|row| row.checkpoint.as_ref().max(shard_checkpoint));
     aged_range(
         checkpoints,
         &record.position(),
@@ -259,12 +391,15 @@ async fn of_the_lane<H>(
 /// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
 /// that is not done (or not read yet), while there is one: every key read here (the batch's,
 /// and those of the lane found in the range) is then marked there, so that whichever of them
-/// comes next reads on from it, even after the mapping gave up on this batch too.
+/// comes next reads on from it, even after the mapping gave up on this batch too. While the
+/// lane's range is read in parts (`in_parts`: the marks that proved it), each key keeps its
+/// mark instead (see [`kept_mark`]): the lane's rows say where the reading goes on.
 pub(super) fn marks(
     keys: &HashMap<String, KeyRow>,
     batch: &[Entry],
     pending: Option<&Position>,
     reported: Option<&Position>,
+    in_parts: Option<&[Position]>,
 ) -> HashMap<String, ReportedChange> {
     let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
         batch
@@ -277,9 +412,13 @@ pub(super) fn marks(
         .map(|(partition_key, row)| {
             let comes_again = row.in_batch && again.contains(partition_key.as_str());
             let old = row.state.reported.as_ref();
+            let keep = match in_parts {
+                Some(marks) => kept_mark(old, marks),
+                None => pending,
+            };
             (
                 partition_key.clone(),
-                next_mark(old, pending, reported, comes_again),
+                next_mark(old, keep, reported, comes_again),
             )
         })
         .filter(|(_, change)| *change != ReportedChange::Keep)

@@ -43,8 +43,12 @@
 //! [`MAX_RECOVERED_RECORDS`](crate::gap::MAX_RECOVERED_RECORDS) in half the time left, the rest
 //! by the next delivery), filtered to the lane's keys (the batch's, and those whose rows carry
 //! the same mark: they were in the batch that set it), and their records not done run first.
+//! A range read in parts keeps those marks on the lane's keys until it is read whole (a key
+//! first met in a later part is the lane's by its mark), and the lane's own row says where the
+//! next part starts (see `gaps::Lane`).
 //! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
-//! lowest checkpoint. The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
+//! lowest checkpoint (when a mark proves a range too, from those of its keys whose lane has not
+//! read on in parts). The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
 //! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
 //! that old.
 //!
@@ -58,8 +62,9 @@
 //! costs twice the write capacity of a plain write (transactions do); marking early costs one
 //! more write per 100 keys whose mark changes (none on a redelivery). A held batch costs a read
 //! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
-//! one per page of `GetRecords`) and one more `BatchGetItem` per 100 keys of the range outside
-//! the batch.
+//! one per page of `GetRecords`), one more `BatchGetItem` per 100 keys of the range outside
+//! the batch, one more for the lane's rows when marks proved it, and one more
+//! `TransactWriteItems` per part but the last of a range read in parts.
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
 //! stream retention of 7) after their last write: a key silent for longer than the stream
@@ -183,6 +188,7 @@ pub(crate) async fn run_shard<H: Handler>(
         entries: mut all,
         unread,
         gap,
+        lane,
     } = match found {
         Ok(found) => found,
         Err(unread) => {
@@ -246,16 +252,27 @@ pub(crate) async fn run_shard<H: Handler>(
     let mut run = keyed::run(&runner, &entries[..runnable], &known, &is_done, 0, limits).await;
     run.states.resize_with(entries.len(), || State::Waiting);
 
+    // The first record of what the lane skipped not done (or not read yet), while there is one.
+    let pending = |run: &keyed::Run| {
+        let lowest = run.lowest_not_done();
+        if lowest < recovered {
+            Some(entries[lowest].position())
+        } else {
+            unread.clone()
+        }
+    };
+    // A range read in part: the lane's keys keep the marks that proved it, and its rows say
+    // where the next part starts.
+    let in_parts = lane
+        .as_ref()
+        .filter(|_| unread.is_some())
+        .map(|lane| lane.marks.as_slice());
     // Where Lambda redelivers the lane from: the lowest record of the batch not done, or the
     // batch's first while anything the lane skipped is not done.
     // (For the run's states as they end: a record failing at the commit lowers it.)
     let marks = |run: &keyed::Run| {
         let lowest = run.lowest_not_done();
-        let pending = if lowest < recovered {
-            Some(entries[lowest].position())
-        } else {
-            unread.clone()
-        };
+        let pending = pending(run);
         let reported_at = if pending.is_none() {
             entries.get(lowest).map(Entry::position)
         } else {
@@ -266,6 +283,7 @@ pub(crate) async fn run_shard<H: Handler>(
             &entries[recovered..],
             pending.as_ref(),
             reported_at.as_ref(),
+            in_parts,
         )
     };
     let batch = Batch {
@@ -276,6 +294,24 @@ pub(crate) async fn run_shard<H: Handler>(
         now: invocation.now(),
     };
     let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
+    // Once every key's row is written, the lane's rows say where the next part starts.
+    if let (Some(lane), Some(progress), true) = (
+        lane.as_ref().filter(|_| in_parts.is_some()),
+        pending(&run),
+        refused.is_empty(),
+    ) {
+        gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
+    }
+    // A range read in part only because the batch was old: its keys are marked where it goes
+    // on, and the lane's row of that mark says the reading got there.
+    if let (None, Some(progress), true, true) = (
+        lane.as_ref(),
+        pending(&run),
+        unread.is_some(),
+        refused.is_empty(),
+    ) {
+        gaps::settle_aged(settings, &key, &progress, invocation.now()).await;
+    }
     // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
     if !refused.is_empty() && !settings.transactional {
         // Those keys' records run again when redelivered: mark them so, and report from the
