@@ -1730,9 +1730,9 @@ async fn a_parents_tail_longer_than_one_reading_runs_over_several_deliveries_of_
     assert_eq!(seen.all(), [0, 1]);
     let parent = store.read(&LeaseKey::new("orders", PARENT)).await.unwrap();
     assert_eq!(
-        parent.contended.map(|at| at.to_string()),
+        parent.reported.map(|at| at.to_string()),
         Some(stream.records(PARENT)[2].sequence.clone()),
-        "the row proves the rest of the tail"
+        "the parent's commit proves the rest of the tail"
     );
 
     let second = processor
@@ -1747,6 +1747,96 @@ async fn a_parents_tail_longer_than_one_reading_runs_over_several_deliveries_of_
         seen.all(),
         (0..8).collect::<Vec<_>>(),
         "once each, in order"
+    );
+}
+
+/// A parent's tail run in parts whose commit lands but whose answer is lost: the child's
+/// invocation sees a failed checkpoint, yet the row still proves the rest of the tail, since
+/// the commit itself reported where the next part starts (a mark written after it, only when
+/// the run looked whole, was never written, and the landed commit had cleared the proof: the
+/// child was held until the parent expired).
+#[tokio::test]
+async fn a_parents_tail_run_in_parts_whose_commit_answer_was_lost_still_runs_to_its_end_over_the_childs_deliveries()
+ {
+    let (stream, memory, seen, _, child) = split_setup(&[]);
+    let store = Arc::new(common::faults::faulty(memory.clone()));
+    let processor = Processor::new(store.clone(), seen.handler(&[1])).gate(Gate::new(
+        Arc::new(Capped {
+            stream: stream.clone(),
+            cap: 2,
+        }),
+        StartingPosition::TrimHorizon,
+    ));
+    for (range, id) in [(0..1, "p1"), (1..4, "p2")] {
+        processor
+            .process_batch(
+                memory_delivery(&stream, PARENT, range),
+                &context(id, 60_000),
+            )
+            .await
+            .unwrap();
+    }
+    // The mapping gave up on the parent's last batch (1 to 3). The tail's first part (1, 2)
+    // runs 1, and its commit lands with the answer lost.
+    store
+        .layer()
+        .lose_commit_answer
+        .store(true, Ordering::SeqCst);
+    let first = processor
+        .process_batch(
+            memory_delivery(&stream, &child, 0..4),
+            &context("c1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&first.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{first:?}"
+    );
+    assert!(
+        matches!(
+            &first.shards[0].parents[0].stopped,
+            Some((_, StopReason::CheckpointFailed(_)))
+        ),
+        "{first:?}"
+    );
+    assert!(
+        !store.layer().lose_commit_answer.load(Ordering::SeqCst),
+        "the fault was used"
+    );
+    let records = stream.records(PARENT);
+    let parent = memory.read(&LeaseKey::new("orders", PARENT)).await.unwrap();
+    assert_eq!(
+        parent.checkpoint.as_deref(),
+        Some(records[1].sequence.as_str()),
+        "the commit landed"
+    );
+    assert_eq!(
+        parent.reported.map(|at| at.to_string()),
+        Some(records[2].sequence.clone()),
+        "and proves the rest of the tail"
+    );
+    assert_eq!(parent.lease_owner, None, "released in the same write");
+
+    for id in ["c2", "c3"] {
+        processor
+            .process_batch(memory_delivery(&stream, &child, 0..4), &context(id, 60_000))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "the rest of the tail, then the child, once each, in order"
+    );
+    assert_eq!(
+        memory
+            .read(&LeaseKey::new("orders", PARENT))
+            .await
+            .unwrap()
+            .position()
+            .unwrap(),
+        Some(Position::ShardEnd)
     );
 }
 

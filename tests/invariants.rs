@@ -66,10 +66,10 @@
 //! virtual time is past the record age limit plus 20 minutes: a closed parent's tail the
 //! mapping gave up on is then run by a held child (see the gate's `by_key`).
 //!
-//! Half of the key-mode discard scenarios without a record age read skipped ranges in parts of
-//! 2 to 4 records
-//! (`parts.rs`), as a range of more than 10,000 records is read: a key of the lane whose records
-//! lie only in a later part is still the lane's.
+//! Half of the discard scenarios without a record age read skipped ranges in parts of 2 to 4
+//! records (`parts.rs`), as a range of more than 10,000 records is read: in the key mode a key
+//! of the lane whose records lie only in a later part is still the lane's; in the shard mode a
+//! parent's tail runs in parts, one per held delivery of its child.
 //!
 //! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
 //! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
@@ -763,19 +763,17 @@ impl Scenario {
         let record_age = (discards && discard_rng.chance(0.5))
             .then(|| Duration::from_millis(discard_rng.within(150..800)));
         let mapping = mapping.maximum_record_age(record_age);
-        // Half of the key-mode discards read what the mapping skipped in parts of 2 to 4
-        // records (as Lambda reads more than 10,000 in parts), drawn apart too: a key of the
-        // lane may first appear in a later part, known as the lane's only by its mark.
-        // (A part's last record read is where the next one starts: a part of 1 would never
-        // move on.) Not in the shard mode: its parent tail run in parts remembers where the
-        // next part starts in one `mark_contended`, which one refused write loses (open). Nor
-        // with a record age: records dropped unreported for their age, read in parts, are
-        // still lost in about 1 in 5 of those scenarios (42 of 10,000 when drawn: open, see the
-        // README).
+        // Half of the discards read what the mapping skipped in parts of 2 to 4 records (as
+        // Lambda reads more than 10,000 in parts), drawn apart too: in the key mode a key of
+        // the lane may first appear in a later part, known as the lane's only by its mark; in
+        // the shard mode a parent's tail is run in parts, the parent's commit reporting where
+        // the next part starts. (A part's last record read is where the next one starts: a part
+        // of 1 would never move on.) Not with a record age: records dropped unreported for
+        // their age, read in parts, are still lost in about 1 in 5 of those scenarios (42 of
+        // 10,000 when drawn: open, see the README).
         let mut parts_rng = Rng::new(seed ^ 0x9A27_5EAD);
-        let read_cap =
-            (partition_keys && discards && record_age.is_none() && parts_rng.chance(0.5))
-                .then(|| parts_rng.within(2..5) as usize);
+        let read_cap = (discards && record_age.is_none() && parts_rng.chance(0.5))
+            .then(|| parts_rng.within(2..5) as usize);
         let chaotic = rng.chance(0.5);
         let in_flight = [1, 1, 4, 16][rng.below(4) as usize];
         // A five-method store keeps no failing record and no records done above the checkpoint

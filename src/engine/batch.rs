@@ -175,6 +175,11 @@ pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
 pub(crate) struct ShardBatch {
     pub(crate) key: LeaseKey,
     pub(crate) entries: Vec<Entry>,
+    /// For a closed parent's tail read in part (run by a held child): the parent's first
+    /// record not read. The batch's last write reports it when the batch runs whole, in the
+    /// same write as the progress, so the row goes on proving the rest of the tail to the
+    /// child's next delivery even when that write's answer is lost.
+    pub(crate) reads_on: Option<Position>,
 }
 
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the
@@ -278,7 +283,11 @@ pub(crate) fn group(
             let capacity = if groups.is_empty() { total - index } else { 1 };
             let mut entries = Vec::with_capacity(capacity);
             entries.push(entry);
-            groups.push(ShardBatch { key, entries });
+            groups.push(ShardBatch {
+                key,
+                entries,
+                reads_on: None,
+            });
         }
     }
     (groups, orphans, unreportable)

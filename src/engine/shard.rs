@@ -65,7 +65,11 @@ async fn run_shard_at<H: Handler>(
     invocation: &Invocation,
     depth: usize,
 ) -> ShardReport {
-    let ShardBatch { key, entries } = group;
+    let ShardBatch {
+        key,
+        entries,
+        reads_on,
+    } = group;
     let owner = invocation.owner.as_str();
     let skew = settings.clock_skew.min(settings.lease_ttl / 3);
     let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
@@ -176,7 +180,7 @@ async fn run_shard_at<H: Handler>(
     // `transactional`).
     let last = |dispatched: &Dispatched| {
         last_write(
-            &entries,
+            (&entries, reads_on.as_ref()),
             pending,
             (&state, checkpoint.as_ref()),
             parent_shards.as_deref(),
@@ -415,6 +419,7 @@ async fn parent_tail<H: Handler>(
     let batch = ShardBatch {
         key: parent.clone(),
         entries,
+        reads_on: unread.clone(),
     };
     // Boxed: a parent's run may recover its own parent's tail in turn. In a span of its own,
     // inside the child's: its lines name the parent's records, and the parent as their shard.
@@ -428,12 +433,6 @@ async fn parent_tail<H: Handler>(
         .instrument(span)
         .await;
     let ran_whole = report.stopped.is_none();
-    if ran_whole && let Some(unread) = &unread {
-        // The rest of the tail is for the next held batch of a child: the row proves it.
-        if let Err(error) = settings.store.mark_contended(parent, unread).await {
-            tracing::warn!(%error, parent = parent.shard(), "could not remember where the parent's tail reads on");
-        }
-    }
     Some((report, ran_whole && unread.is_none()))
 }
 
@@ -462,7 +461,7 @@ pub(crate) async fn release(
 /// it, the failing record, the parents just learnt, the records done above it and the
 /// reported record. The first is the new checkpoint, when it moved.
 pub(crate) fn last_write(
-    entries: &[Entry],
+    (entries, reads_on): (&[Entry], Option<&Position>),
     pending: &[Entry],
     (state, checkpoint): (&LeaseState, Option<&Position>),
     parent_shards: Option<&[String]>,
@@ -481,13 +480,14 @@ pub(crate) fn last_write(
         &dispatched.done_above,
         progress.as_ref().or(checkpoint),
     );
+    let stopped_at = dispatched
+        .stopped
+        .as_ref()
+        .map(|(index, _)| pending[*index].position());
     let reported = crate::gap::after_run(
         state,
         progress.as_ref().or(checkpoint),
-        dispatched
-            .stopped
-            .as_ref()
-            .map(|(index, _)| pending[*index].position()),
+        stopped_at.or_else(|| reads_on.cloned()),
     );
     let commit = Commit {
         checkpoint: progress.clone(),

@@ -26,6 +26,7 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             claim_fails: AtomicBool::new(false),
             steal_on_renew: AtomicBool::new(false),
             steal_before_checkpoint: AtomicBool::new(false),
+            lose_commit_answer: AtomicBool::new(false),
             transact_fails: AtomicBool::new(false),
             lose_transact_answer: AtomicBool::new(false),
             resend_transact_after_lost_answer: AtomicBool::new(false),
@@ -44,6 +45,8 @@ pub struct Faults<S> {
     pub steal_on_renew: AtomicBool,
     /// The final write finds the lease taken by `thief`.
     pub steal_before_checkpoint: AtomicBool,
+    /// The next commit lands, but its answer is lost: the caller sees an error.
+    pub lose_commit_answer: AtomicBool,
     /// Transactions are refused as a throttled store's would be, before reaching it.
     pub transact_fails: AtomicBool,
     /// The next transaction lands, but its answer is lost: the caller sees an error.
@@ -88,7 +91,10 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
                 return throttled();
             }
             Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
-            Operation::Commit => self.steal_before_checkpoint.swap(false, Ordering::SeqCst),
+            Operation::Commit => {
+                lose = self.lose_commit_answer.swap(false, Ordering::SeqCst);
+                self.steal_before_checkpoint.swap(false, Ordering::SeqCst)
+            }
             Operation::Transact => {
                 lose = self.lose_transact_answer.swap(false, Ordering::SeqCst);
                 resend = self

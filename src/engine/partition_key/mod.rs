@@ -121,7 +121,7 @@ pub(crate) async fn run_shard<H: Handler>(
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
-    let ShardBatch { key, entries } = group;
+    let ShardBatch { key, entries, .. } = group;
     let mut report = ShardReport::empty(key.clone());
     // A closed parent's tail no invocation of the parent can run any more is run here first.
     let held = tail::gate(settings, &key, invocation, &mut report.parents).await;
