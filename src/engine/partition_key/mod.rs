@@ -90,7 +90,7 @@ use std::time::Duration;
 use super::attempt::Runner;
 use super::batch::{Entry, ShardBatch, stop_all};
 use super::invocation::{Invocation, LeaseWatch};
-use super::keyed::{self, Limits, State};
+use super::keyed::{self, State};
 use super::settings::Settings;
 use crate::handler::Handler;
 use crate::report::{Disposition, ShardReport, StopReason};
@@ -108,7 +108,7 @@ mod transact;
 use commits::Batch;
 use finish::finish;
 use gaps::Found;
-use rows::{RowsUnread, read_keys};
+use rows::{RowsUnread, read_keys, run_by_key};
 
 /// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
 /// one shard's records in the partition-key mode.
@@ -214,26 +214,6 @@ pub(crate) async fn run_shard<H: Handler>(
 
     // Dispatch per key; no lease can be lost, so the watch never lapses.
     let lease = LeaseWatch::new(invocation.now(), Duration::MAX);
-    // Done: at or below its key's checkpoint, or below the shard's (a shard consumer's
-    // progress covers every key).
-    let is_done = |entry: &Entry| {
-        entry.routing_key().is_some_and(|partition_key| {
-            keys[partition_key]
-                .checkpoint
-                .iter()
-                .chain(&shard_checkpoint)
-                .any(|checkpoint| entry.position() <= *checkpoint)
-        })
-    };
-    let known = |partition_key: &str| {
-        keys.get(partition_key)
-            .and_then(|row| row.state.failing.clone())
-    };
-    let limits = Limits {
-        by_routing_key: true,
-        max_in_flight: settings.max_in_flight,
-        max_done_above: usize::MAX,
-    };
     #[cfg(feature = "dynamodb")]
     let staged = super::attempt::Staged::default();
     let runner = Runner {
@@ -249,7 +229,13 @@ pub(crate) async fn run_shard<H: Handler>(
     } else {
         entries.len()
     };
-    let mut run = keyed::run(&runner, &entries[..runnable], &known, &is_done, 0, limits).await;
+    let mut run = run_by_key(
+        &runner,
+        &entries[..runnable],
+        &keys,
+        shard_checkpoint.as_ref(),
+    )
+    .await;
     run.states.resize_with(entries.len(), || State::Waiting);
 
     // The first record of what the lane skipped not done (or not read yet), while there is one.

@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 
+use crate::engine::attempt::Runner;
 use crate::engine::batch::Entry;
+use crate::engine::keyed::{self, Limits};
+use crate::handler::Handler;
 use crate::key::{LeaseKey, row_key};
 use crate::sequence::Position;
 use crate::store::{CheckpointStore, LeaseError, LeaseState};
@@ -67,4 +70,35 @@ pub(super) async fn read_keys(
         );
     }
     Ok((keys, shard_row))
+}
+
+/// Runs `entries` per partition key, in order per key, against the keys' rows as read: a
+/// record is done at or below its key's checkpoint, or below the shard's (a shard consumer's
+/// progress covers every key), and a key's failing record is the one its row remembers. No
+/// bound on the records done above a checkpoint: each key's row holds its own.
+pub(super) async fn run_by_key<H: Handler>(
+    runner: &Runner<'_, H>,
+    entries: &[Entry],
+    keys: &HashMap<String, KeyRow>,
+    shard_checkpoint: Option<&Position>,
+) -> keyed::Run {
+    let is_done = |entry: &Entry| {
+        entry.routing_key().is_some_and(|partition_key| {
+            keys[partition_key]
+                .checkpoint
+                .iter()
+                .chain(shard_checkpoint)
+                .any(|checkpoint| entry.position() <= *checkpoint)
+        })
+    };
+    let known = |partition_key: &str| {
+        keys.get(partition_key)
+            .and_then(|row| row.state.failing.clone())
+    };
+    let limits = Limits {
+        by_routing_key: true,
+        max_in_flight: runner.settings.max_in_flight,
+        max_done_above: usize::MAX,
+    };
+    keyed::run(runner, entries, &known, &is_done, 0, limits).await
 }

@@ -17,11 +17,11 @@ use std::collections::{HashMap, HashSet};
 use super::commits::Batch;
 use super::finish::finish;
 use super::last_write;
-use super::rows::read_keys;
+use super::rows::{read_keys, run_by_key};
 use crate::engine::attempt::Runner;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::{Invocation, LeaseWatch};
-use crate::engine::keyed::{self, Limits, State};
+use crate::engine::keyed::{self, State};
 use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gate::KeyTail;
@@ -248,24 +248,6 @@ async fn run_keys<H: Handler>(
         );
         return None;
     };
-    let is_done = |entry: &Entry| {
-        entry.routing_key().is_some_and(|partition_key| {
-            keys[partition_key]
-                .checkpoint
-                .iter()
-                .chain(&shard_checkpoint)
-                .any(|checkpoint| entry.position() <= *checkpoint)
-        })
-    };
-    let known = |partition_key: &str| {
-        keys.get(partition_key)
-            .and_then(|row| row.state.failing.clone())
-    };
-    let limits = Limits {
-        by_routing_key: true,
-        max_in_flight: settings.max_in_flight,
-        max_done_above: usize::MAX,
-    };
     #[cfg(feature = "dynamodb")]
     let staged = crate::engine::attempt::Staged::default();
     let runner = Runner {
@@ -275,7 +257,7 @@ async fn run_keys<H: Handler>(
         #[cfg(feature = "dynamodb")]
         staged: Some(&staged),
     };
-    let mut run = keyed::run(&runner, entries, &known, &is_done, 0, limits).await;
+    let mut run = run_by_key(&runner, entries, &keys, shard_checkpoint.as_ref()).await;
     let batch = Batch {
         key: parent,
         entries,
