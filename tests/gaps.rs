@@ -2545,3 +2545,83 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
         assert_eq!(row.lease_owner, None, "{parent}'s lease is released");
     }
 }
+
+/// The partition-key mode's gate reads a closed parent in parts (10,000 records per held batch)
+/// and keeps what it read in its own process only. A child whose every held delivery lands in
+/// a fresh process (a new sandbox) read the same first part each time and was held until the
+/// parent expired. Now a part whose keys are all done is recorded in the parent's row, and the
+/// next process reads on after it.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_closed_parent_read_in_parts_by_fresh_processes_is_found_done_and_lets_its_child_run()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    for n in 0..6_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 6..8_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    // A gate per process, reading at most two records a part.
+    let fresh = || {
+        Processor::by_partition_key(store.clone(), seen.handler(&[])).gate(Gate::new(
+            Arc::new(Capped {
+                stream: stream.clone(),
+                cap: 2,
+            }),
+            StartingPosition::TrimHorizon,
+        ))
+    };
+    let parent_done = fresh()
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..6),
+            &context("p", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(parent_done.shards[0].stopped.is_none(), "{parent_done:?}");
+    assert_eq!(seen.all(), (0..6).collect::<Vec<_>>());
+
+    let records = stream.records(PARENT);
+    let parent = LeaseKey::new("orders", PARENT);
+    let mut deliveries = 0;
+    loop {
+        deliveries += 1;
+        assert!(deliveries <= 6, "the child is still held: {:?}", seen.all());
+        let report = fresh()
+            .process_batch(
+                memory_delivery(&stream, &child, 0..2),
+                &context(&format!("c{deliveries}"), 60_000),
+            )
+            .await
+            .unwrap();
+        if deliveries == 1 {
+            assert!(
+                matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
+                "{report:?}"
+            );
+            let row = store.read(&parent).await.unwrap();
+            assert_eq!(
+                row.checkpoint.as_deref(),
+                Some(records[1].sequence.as_str()),
+                "the first part, found done, is recorded in the parent's row"
+            );
+            assert_eq!(row.lease_owner, None, "and the parent's lease released");
+        }
+        if report.shards[0].stopped.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.all(),
+        (0..8).collect::<Vec<_>>(),
+        "each once, in order"
+    );
+    assert_eq!(
+        store.read(&parent).await.unwrap().position().unwrap(),
+        Some(Position::ShardEnd)
+    );
+}

@@ -43,7 +43,7 @@ use super::parent_scan::{self, ParentScan, end_of_everything};
 use super::topology::StartingPosition;
 use crate::key::LeaseKey;
 use crate::report::Held;
-use crate::sequence::{Position, ReadFrom, SkippedRange};
+use crate::sequence::{Position, ReadFrom, SequenceNumber, SkippedRange};
 use crate::store::{CheckpointStore, LeaseError};
 
 /// What the partition-key mode learnt of closed parents not yet finished.
@@ -75,6 +75,11 @@ pub(crate) struct KeyVerdict {
     /// The closed parent that holds it, when no invocation of that parent can still run any of
     /// its records (see [the module](self)): the child's invocation may run them.
     pub(crate) tail: Option<KeyTail>,
+    /// A closed parent read in part whose every record up to this one is done, above its row's
+    /// checkpoint: the child's invocation records it there, so that a gate in another process
+    /// reads on from it instead of from the parent's start (what a gate learns of a parent is
+    /// kept in its own process only).
+    pub(crate) done_through: Option<(LeaseKey, SequenceNumber)>,
 }
 
 /// A closed parent's tail no invocation of the parent can run any more.
@@ -105,7 +110,7 @@ pub(super) async fn check(
 ) -> KeyVerdict {
     let held = |held| KeyVerdict {
         held: Some(held),
-        tail: None,
+        ..KeyVerdict::default()
     };
     let parents = match lineage.shard(key.stream(), key.shard(), false).await {
         Ok(Some(info)) => info.parents,
@@ -140,7 +145,7 @@ async fn parent_keys_finished(
         Err(settled) => {
             return Ok(settled.map(|held| KeyVerdict {
                 held: Some(held),
-                tail: None,
+                ..KeyVerdict::default()
             }));
         }
     };
@@ -148,6 +153,7 @@ async fn parent_keys_finished(
     // checkpointed the parent: its records up to there are done, whatever their key.
     let shard_checkpoint = row.position()?;
     let mut scan = scans.take(parent);
+    scan.starting_after(shard_checkpoint.as_ref());
     let learn = tails.is_some();
     let verdict = scan_parent(
         lineage,
@@ -159,6 +165,14 @@ async fn parent_keys_finished(
     .await;
     let empty = scan.ends.is_empty();
     let youngest = scan.youngest.filter(|_| scan.complete);
+    let done_through = scan
+        .done_through()
+        .filter(|done| {
+            shard_checkpoint
+                .as_ref()
+                .is_none_or(|checkpoint| Position::record((*done).clone()) > *checkpoint)
+        })
+        .map(|done| (parent.clone(), done.clone()));
     scans.keep(parent, scan);
     if let Some((held, waiting)) = verdict? {
         let now = lineage.clock.now_millis();
@@ -189,6 +203,7 @@ async fn parent_keys_finished(
         return Ok(Some(KeyVerdict {
             held: Some(held),
             tail,
+            done_through,
         }));
     }
     // An empty parent is finished only once its own parents are (see `parent_finished`).

@@ -9,6 +9,10 @@
 //! done). A closed shard never changes, so what was read stays true. The parent is read in
 //! parts of at most [`MAX_RECORDS_PER_CHECK`] records per held batch, continuing where the
 //! last part ended; a key known not to be done holds the child at once, without reading on.
+//! A part whose keys are all done ([`ParentScan::done_through`]) is recorded in the parent's
+//! row as its checkpoint by the child's invocation, since another process (a new sandbox)
+//! knows nothing of this one's reading: a scan begun afresh reads after that checkpoint
+//! ([`ParentScan::starting_after`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -37,6 +41,29 @@ pub(crate) struct ParentScan {
 }
 
 impl ParentScan {
+    /// A scan of a parent whose row's checkpoint is `checkpoint`: every record up to it is done
+    /// (whatever its key), so a scan begun afresh (a new process) reads after it.
+    pub(crate) fn starting_after(&mut self, checkpoint: Option<&Position>) {
+        if let (
+            None,
+            Some(Position::Record {
+                sequence,
+                sub_sequence: None,
+            }),
+        ) = (&self.read_to, checkpoint)
+        {
+            self.read_to = Some(sequence.clone());
+        }
+    }
+
+    /// The last record read, when every key read so far is done: every record of the parent
+    /// up to it is done, and a scan afresh need not read it again.
+    pub(crate) fn done_through(&self) -> Option<&SequenceNumber> {
+        self.read_to
+            .as_ref()
+            .filter(|_| !self.complete && self.ends.keys().all(|key| self.done.contains(key)))
+    }
+
     /// The keys with records not known to be done, in order (sorted, for a stable read).
     pub(crate) fn pending(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = self

@@ -2,12 +2,12 @@
 //! the real one reads at most 10,000 (`MAX_RECOVERED_RECORDS`) in half the time left. So a
 //! range the mapping skipped in a scenario of tens of records is read over several deliveries,
 //! as a range of more than 10,000 records is; in the partition-key mode a key of the lane may
-//! then first appear in a later part. Only the readings of skipped ranges and closed parents'
-//! tails are capped (those the processor bounds by the invocation's time left): the key-mode
-//! gate's reading of a closed parent, in parts of 10,000 records per held batch, keeps what it
-//! read in its process only, and the harness gives each invocation a fresh gate, as a new
-//! sandbox would; so a parent longer than one part would hold its children for ever here (open:
-//! a Lambda process reused for the held deliveries reads on).
+//! then first appear in a later part. Every reading is capped: the skipped ranges and closed
+//! parents' tails (those the processor bounds by the invocation's time left), and the key-mode
+//! gate's reading of a closed parent (10,000 records per held batch in production), which the
+//! harness gives a fresh gate per invocation, as a new sandbox would: a gate remembers what it
+//! read of a parent in its process only, so how far a parent is known done must reach the
+//! parent's row for the next sandbox to read on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,11 +52,7 @@ impl Topology for Capped {
         range: &'a SkippedRange,
         budget: ReadBudget,
     ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
-        let budget = if budget.deadline.is_some() {
-            ReadBudget::new(budget.max_records.min(self.cap), budget.deadline)
-        } else {
-            budget
-        };
+        let budget = ReadBudget::new(budget.max_records.min(self.cap), budget.deadline);
         Topology::read_range(self.inner.as_ref(), stream, shard, range, budget)
     }
 

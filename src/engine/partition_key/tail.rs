@@ -77,8 +77,51 @@ fn gate_at<'a, H: Handler>(
                 .check_partition_keys(settings.store.as_ref(), key)
                 .await;
         }
+        if verdict.held.is_some()
+            && let Some((parent, done)) = &verdict.done_through
+        {
+            record_done_through(settings, parent, done, invocation).await;
+        }
         verdict.held
     })
+}
+
+/// Records in the closed `parent`'s row that every record of it up to `done` is done (the
+/// gate read it in part and found each key's last record done), under the parent's lease: a
+/// gate in another process, which keeps nothing of this one's reading, then reads on after it
+/// instead of reading the same first part again on every held delivery. The key mode reads the
+/// parent row's checkpoint as done for every key. Two writes per part read; nothing when
+/// another owner holds the lease (the next held delivery tries again).
+async fn record_done_through<H: Handler>(
+    settings: &Settings<H>,
+    parent: &LeaseKey,
+    done: &SequenceNumber,
+    invocation: &Invocation,
+) {
+    let owner = invocation.owner.as_str();
+    let skew = settings.clock_skew.min(settings.lease_ttl / 3);
+    let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
+    let row = match settings
+        .store
+        .acquire_and_read(parent, owner, ttl, None)
+        .await
+    {
+        Ok(Claim::Acquired(row)) => row,
+        Ok(Claim::Held(_)) => return,
+        Err(error) => {
+            tracing::warn!(%error, parent = parent.shard(), "could not claim the closed parent's lease to record how far it is done");
+            return;
+        }
+    };
+    let done = Position::record(done.clone());
+    let checkpoint = row.position().ok().flatten();
+    let commit = Commit {
+        checkpoint: Some(done).filter(|done| checkpoint.as_ref().is_none_or(|c| done > c)),
+        ..Commit::default()
+    };
+    if let Err(error) = settings.store.commit(parent, owner, &commit).await {
+        tracing::warn!(%error, parent = parent.shard(), "could not record how far the closed parent is done; its lease lapses by itself");
+    }
 }
 
 /// Claims the parent's lease and runs its tail: `None` when the lease or the records could not
