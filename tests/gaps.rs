@@ -67,13 +67,14 @@ impl Seen {
     }
 }
 
-/// A topology that counts every call, reading through Kinesis.
-struct Counting {
-    inner: KinesisTopology,
+/// A topology that counts every call (every one a Kinesis request), reading through `inner`:
+/// Kinesis, or a memory stream.
+struct Counting<T> {
+    inner: T,
     calls: AtomicUsize,
 }
 
-impl Topology for Counting {
+impl<T: Topology> Topology for Counting<T> {
     fn shards<'a>(
         &'a self,
         stream: &'a str,
@@ -112,7 +113,7 @@ impl Topology for Counting {
 struct Setup {
     stream: Stream,
     store: DynamoLeaseStore,
-    topology: Arc<Counting>,
+    topology: Arc<Counting<KinesisTopology>>,
 }
 
 async fn setup(records_per_page: Option<i32>) -> Setup {
@@ -2165,61 +2166,19 @@ async fn in_the_partition_key_mode_without_a_record_age_told_a_closed_parents_ta
     assert_eq!(store.read(&parent).await.unwrap().lease_owner, None);
 }
 
-/// A memory stream that counts the calls made to it (every one would be a Kinesis request).
-struct CountingMemory {
-    inner: kinesis_checkpoint::local::MemoryStream,
-    calls: AtomicUsize,
-}
-
-impl Topology for CountingMemory {
-    fn shards<'a>(
-        &'a self,
-        stream: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<ShardInfo>, TopologyError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.shards(stream)
-    }
-
-    fn exhausted<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        after: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<bool, TopologyError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.exhausted(stream, shard, after)
-    }
-
-    fn retention<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, Result<Duration, TopologyError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.retention(stream)
-    }
-
-    fn read_range<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        range: &'a SkippedRange,
-        budget: ReadBudget,
-    ) -> BoxFuture<'a, Result<RangeRead, TopologyError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.read_range(stream, shard, range, budget)
-    }
-}
-
 /// A memory stream of records 0 to 7 on one shard, counted, and a processor over it on
 /// `store` whose handler notes every `n`.
 fn contended_setup<S: CheckpointStore>(
     store: Arc<S>,
 ) -> (
     kinesis_checkpoint::local::MemoryStream,
-    Arc<CountingMemory>,
+    Arc<Counting<kinesis_checkpoint::local::MemoryStream>>,
     Seen,
     Processor<impl Handler + use<S>>,
 ) {
     let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
     orders(&stream, 0..8);
-    let topology = Arc::new(CountingMemory {
+    let topology = Arc::new(Counting {
         inner: stream.clone(),
         calls: AtomicUsize::new(0),
     });
