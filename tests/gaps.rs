@@ -2505,6 +2505,238 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
     }
 }
 
+/// The memory stream's records of `shard` at `indexes`, as one batch of a lane.
+fn memory_pick(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    indexes: &[usize],
+) -> KinesisEvent {
+    let mut event = memory_delivery(stream, shard, 0..stream.records(shard).len());
+    event.records = indexes.iter().map(|&i| event.records[i].clone()).collect();
+    event
+}
+
+/// A clock, a stream of one shard on it holding `keys` in order (record `n` is `{"n": n}`), a
+/// store, and a partition-key processor whose gate is told the mapping's record age and reads
+/// at most two records at a time, failing each record of `fail` once.
+fn aged_parts_setup(
+    keys: &[&str],
+    fail: &[u64],
+) -> (
+    kinesis_checkpoint::local::MemoryStream,
+    Arc<MemoryLeaseStore>,
+    Seen,
+    Processor<impl Handler + use<>, kinesis_checkpoint::PartitionKeyMode>,
+) {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for (n, key) in keys.iter().enumerate() {
+        stream.put(key, serde_json::json!({ "n": n }).to_string());
+    }
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let gate = Gate::new(
+        Arc::new(Capped {
+            stream: stream.clone(),
+            cap: 2,
+        }),
+        StartingPosition::TrimHorizon,
+    )
+    .clock(clock.clone())
+    .maximum_record_age(AGE_LIMIT);
+    let processor = Processor::by_partition_key(store.clone(), seen.handler(fail))
+        .clock(clock)
+        .gate(gate);
+    (stream, store, seen, processor)
+}
+
+/// Delivers `batch` until it runs (at most `most` times): the deliveries it took.
+async fn deliver_until_run(
+    processor: &Processor<impl Handler, kinesis_checkpoint::PartitionKeyMode>,
+    batch: &KinesisEvent,
+    most: usize,
+    seen: &Seen,
+) -> usize {
+    for delivery in 1..=most {
+        let report = processor
+            .process_batch(batch.clone(), &context(&format!("d{delivery}"), 60_000))
+            .await
+            .unwrap();
+        if report.shards[0].stopped.is_none() {
+            return delivery;
+        }
+    }
+    panic!("still not run after {most} deliveries: {:?}", seen.all());
+}
+
+/// A lane's range proven by a key's mark, widened for the batch's age to where the key's
+/// records may have been dropped before it (here the shard's start), and read in parts: the
+/// first part ends before the mark. Where the reading went on was written to the lane's row but
+/// not believed below the mark, and the widening started again at the shard's start: the same
+/// first part was read on every delivery, and the batch never ran.
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_lanes_range_widened_for_its_age_and_read_in_parts_goes_on_from_a_part_ending_before_the_mark()
+ {
+    let (stream, _, seen, processor) = aged_parts_setup(&["b", "b", "a", "b", "a"], &[2]);
+    // The lane's batch a2 fails: a is marked there, and the mapping gives up on it.
+    let report = processor
+        .process_batch(memory_pick(&stream, SHARD, &[2]), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_some(), "{report:?}");
+    // The lane's next batch, a4, nearly as old as the limit: read from the shard's start.
+    tokio::time::sleep(Duration::from_secs(58)).await;
+    let deliveries =
+        deliver_until_run(&processor, &memory_pick(&stream, SHARD, &[4]), 6, &seen).await;
+    assert!(deliveries > 1, "read in parts");
+    assert_eq!(
+        seen.all(),
+        [2, 4],
+        "a's, once each, in order; b's are b's lane's"
+    );
+}
+
+/// A range read only for the batch's age (no mark proves it) whose part ends at a record that
+/// is another lane's mark: the batch's keys were marked there, the lane's row of that mark
+/// (another lane's, read on past this lane's records) was taken for theirs, and those records
+/// were skipped. Now a part read whole moves the keys' checkpoints to its end instead.
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_range_read_in_parts_for_the_batchs_age_does_not_take_another_lanes_row_for_its_own()
+ {
+    let keys = ["b", "a", "b", "b", "b", "a", "b"];
+    let (stream, store, seen, processor) = aged_parts_setup(&keys, &[1]);
+    // a's lane: a1 fails (a marked there), then the mapping gives up on it, and a5, old, reads
+    // the lane's range in parts: the lane's row at a1 goes on to b4.
+    let report = processor
+        .process_batch(memory_pick(&stream, SHARD, &[1]), &context("a1", 60_000))
+        .await
+        .unwrap();
+    assert!(report.shards[0].stopped.is_some(), "{report:?}");
+    tokio::time::sleep(Duration::from_secs(58)).await;
+    deliver_until_run(&processor, &memory_pick(&stream, SHARD, &[5]), 6, &seen).await;
+    assert_eq!(seen.all(), [1, 5]);
+    let records = stream.records(SHARD);
+    let lane = LeaseKey::new("orders", format!("{SHARD}#lane:{}", records[1].sequence));
+    assert!(
+        store.read(&lane).await.unwrap().reported.is_some(),
+        "a's lane's row"
+    );
+    // b's lane lost b0, b2, b3 and b4 for their age; its batch b6, as old, reads from the
+    // shard's start, its first part ending at a1, a's mark.
+    let deliveries =
+        deliver_until_run(&processor, &memory_pick(&stream, SHARD, &[6]), 8, &seen).await;
+    assert!(deliveries > 1, "read in parts");
+    let b: Vec<u64> = seen
+        .all()
+        .into_iter()
+        .filter(|n| keys[usize::try_from(*n).unwrap()] == "b")
+        .collect();
+    assert_eq!(b, [0, 2, 3, 4, 6], "b's, once each, in order");
+}
+
+/// A closed parent too long for one held check to read whole, whose tail the mapping gave up on,
+/// checked by a fresh process at every held delivery. Each fresh gate starts again after the
+/// parent row's checkpoint and reads a part or two, so it never learnt the parent's youngest
+/// record, and the tail rule never applied: the child was held until the parent expired, the
+/// tail lost. Now the held shard's oldest record, which arrived after every record of its
+/// parents, bounds the parent's youngest, and the tail (its keys not all known) runs whatever
+/// its keys, deduped by their rows.
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_closed_parents_tail_too_long_for_one_check_runs_from_its_child_checked_by_fresh_processes()
+ {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..8_u64 {
+        let key = if n % 2 == 0 { "customer" } else { "supplier" };
+        stream.put(key, serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    for n in 8..10_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    // A gate per process, reading at most two records a part, told the mapping's record age.
+    let fresh = || {
+        let gate = Gate::new(
+            Arc::new(Capped {
+                stream: stream.clone(),
+                cap: 2,
+            }),
+            StartingPosition::TrimHorizon,
+        )
+        .clock(clock.clone())
+        .maximum_record_age(AGE_LIMIT);
+        Processor::by_partition_key(store.clone(), seen.handler(&[]))
+            .clock(clock.clone())
+            .gate(gate)
+    };
+    // The mapping delivered the parent's first batch only, and gave up on the rest.
+    fresh()
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen.all(), [0, 1]);
+
+    let deliver = async |request: &str| {
+        fresh()
+            .process_batch(
+                memory_delivery(&stream, &child, 0..2),
+                &context(request, 60_000),
+            )
+            .await
+            .unwrap()
+    };
+    let early = deliver("c0").await;
+    assert!(
+        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
+        "{early:?}"
+    );
+    tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
+    let mut deliveries = 0;
+    loop {
+        deliveries += 1;
+        assert!(deliveries <= 8, "the child is still held: {:?}", seen.all());
+        let report = deliver(&format!("c{deliveries}")).await;
+        if report.shards[0].stopped.is_none() {
+            break;
+        }
+    }
+    let all = seen.all();
+    let mut parent_ran = all[..8].to_vec();
+    parent_ran.sort_unstable();
+    assert_eq!(
+        parent_ran,
+        (0..8).collect::<Vec<_>>(),
+        "the whole tail, once each"
+    );
+    let supplier = |n: &u64| *n < 8 && n % 2 == 1;
+    let customer: Vec<u64> = all.iter().copied().filter(|n| !supplier(n)).collect();
+    let suppliers: Vec<u64> = all.iter().copied().filter(supplier).collect();
+    assert_eq!(
+        customer,
+        [0, 2, 4, 6, 8, 9],
+        "the customer's in order, the child's last"
+    );
+    assert_eq!(suppliers, [1, 3, 5, 7], "the supplier's in order");
+    assert_eq!(all[8..], [8, 9]);
+    assert_eq!(
+        store
+            .read(&LeaseKey::new("orders", PARENT))
+            .await
+            .unwrap()
+            .position()
+            .unwrap(),
+        Some(Position::ShardEnd)
+    );
+}
+
 /// The partition-key mode's gate reads a closed parent in parts (10,000 records per held batch)
 /// and keeps what it read in its own process only. A child whose every held delivery lands in
 /// a fresh process (a new sandbox) read the same first part each time and was held until the

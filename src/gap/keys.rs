@@ -81,15 +81,16 @@ pub(crate) fn lane_row(shard: &LeaseKey, mark: &Position) -> LeaseKey {
 }
 
 /// Where the lane of `mark` reads on from before a batch starting at `first`: the lane row's
-/// `progress` (every record of the lane's keys before it is done), when it lies after the mark
-/// and before the batch; the mark itself otherwise.
+/// `progress` (every record of the lane's keys before it is done), when it lies before the
+/// batch; the mark itself otherwise. The progress may lie below the mark: a range widened for
+/// the batch's age to where its keys may have lost records before the mark is read from there.
 pub(crate) fn lane_start<'a>(
     mark: &'a Position,
     progress: Option<&'a Position>,
     first: &Position,
 ) -> &'a Position {
     progress
-        .filter(|progress| mark < *progress && *progress < first)
+        .filter(|progress| *progress < first)
         .unwrap_or(mark)
 }
 
@@ -240,7 +241,11 @@ mod tests {
         let (mark, first) = (at(20), at(50));
         assert_eq!(lane_start(&mark, Some(&at(30)), &first), &at(30));
         assert_eq!(lane_start(&mark, None, &first), &at(20));
-        assert_eq!(lane_start(&mark, Some(&at(10)), &first), &at(20), "older");
+        assert_eq!(
+            lane_start(&mark, Some(&at(10)), &first),
+            &at(10),
+            "a range widened for its age goes on below the mark"
+        );
         assert_eq!(
             lane_start(&mark, Some(&at(50)), &first),
             &at(20),

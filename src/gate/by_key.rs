@@ -29,30 +29,47 @@
 //! any time until the records expire from the stream. With retries finite and no record age, a
 //! parent's discarded tail still holds its children until the parent expires.
 //!
+//! A parent longer than what one held check reads may never be read whole: a check in a new
+//! process starts again after the parent row's checkpoint, which stops at the first key not
+//! done. Until it is, the rule judges a later arrival ([`closed_before`]): the held shard's
+//! oldest record, since a closed shard takes no record once closed and its children none before;
+//! the verdict's tail then names no keys, and its records run whatever their key, each deduped
+//! by its key's row.
+//!
 //! Cost, only with a record age told: while a key of a closed parent is not done, each held
 //! check also reads on in the parent (one part of at most 10,000 records) until it has read the
-//! whole parent, to learn its youngest record; then nothing more until the rule applies.
+//! whole parent, to learn its youngest record, and each process reads the held shard's oldest
+//! record once; then nothing more until the rule applies.
 //!
 //! [`Gate::maximum_record_age`]: super::Gate::maximum_record_age
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use super::lineage::{Lineage, held_unknown};
 use super::parent_scan::{self, ParentScan, end_of_everything};
 use super::topology::StartingPosition;
+use crate::gap::ReadBudget;
 use crate::key::LeaseKey;
 use crate::report::Held;
 use crate::sequence::{Position, ReadFrom, SequenceNumber, SkippedRange};
 use crate::store::{CheckpointStore, LeaseError};
 
-/// What the partition-key mode learnt of closed parents not yet finished.
+/// How long reading a held shard's oldest record may take (see [`closed_before`]).
+const OLDEST_READ_TIME: Duration = Duration::from_secs(2);
+
+/// What the partition-key mode learnt of closed parents not yet finished, and of the shards
+/// they hold: the arrival of each held shard's oldest record (see [`closed_before`]).
 #[derive(Default)]
-pub(super) struct Scans(Mutex<HashMap<LeaseKey, ParentScan>>);
+pub(super) struct Scans {
+    parents: Mutex<HashMap<LeaseKey, ParentScan>>,
+    oldest: Mutex<HashMap<LeaseKey, u64>>,
+}
 
 impl Scans {
     pub(super) fn take(&self, parent: &LeaseKey) -> ParentScan {
-        self.0
+        self.parents
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(parent)
@@ -60,7 +77,7 @@ impl Scans {
     }
 
     pub(super) fn keep(&self, parent: &LeaseKey, scan: ParentScan) {
-        self.0
+        self.parents
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(parent.clone(), scan);
@@ -88,8 +105,9 @@ pub(crate) struct KeyTail {
     /// The parent.
     pub(crate) parent: LeaseKey,
     /// Its partition keys not done (each with a record above its row's checkpoint and the
-    /// parent row's), sorted.
-    pub(crate) keys: Vec<String>,
+    /// parent row's), sorted, when the whole parent was read; `None` when it was read in part
+    /// only (its records are then run whatever their key, each deduped by its key's row).
+    pub(crate) keys: Option<Vec<String>>,
     /// Where to read: after the parent row's checkpoint (from the horizon without one) to the
     /// shard's end.
     pub(crate) range: SkippedRange,
@@ -121,6 +139,7 @@ pub(super) async fn check(
         }
         Err(error) => return held(held_unknown(&error)),
     };
+    let tails = tails.map(|bound| Tails { bound, held: key });
     for parent in parents {
         let parent = LeaseKey::new(key.stream(), parent.as_str());
         match parent_keys_finished(lineage, scans, store, &parent, tails).await {
@@ -132,13 +151,23 @@ pub(super) async fn check(
     KeyVerdict::default()
 }
 
+/// The tail rule of a check (see [the module](self)), when the gate knows the record age.
+#[derive(Clone, Copy)]
+struct Tails<'a> {
+    /// The age (milliseconds) past which a closed parent's youngest record proves that no
+    /// invocation of the parent can run any of its records.
+    bound: u64,
+    /// The shard the check is for: every record of its ancestors arrived before its own.
+    held: &'a LeaseKey,
+}
+
 /// `None` when `parent` is finished; why the child waits otherwise, and the tail it may run.
 async fn parent_keys_finished(
     lineage: &Lineage,
     scans: &Scans,
     store: &dyn CheckpointStore,
     parent: &LeaseKey,
-    tails: Option<u64>,
+    tails: Option<Tails<'_>>,
 ) -> Result<Option<KeyVerdict>, LeaseError> {
     let (row, info) = match lineage.closed_parent(store, parent).await? {
         Ok(closed) => closed,
@@ -164,7 +193,8 @@ async fn parent_keys_finished(
     )
     .await;
     let empty = scan.ends.is_empty();
-    let youngest = scan.youngest.filter(|_| scan.complete);
+    let complete = scan.complete;
+    let youngest = scan.youngest.filter(|_| complete);
     let done_through = scan
         .done_through()
         .filter(|done| {
@@ -176,10 +206,20 @@ async fn parent_keys_finished(
     scans.keep(parent, scan);
     if let Some((held, waiting)) = verdict? {
         let now = lineage.clock.now_millis();
+        // The parent's youngest record, or, while the parent is read in part (a check in each
+        // new process starts again after the parent row's checkpoint, so a long parent may never
+        // be read whole), a later arrival: the held shard's oldest record's.
+        let youngest = match (youngest, tails) {
+            (Some(youngest), _) => Some(youngest),
+            (None, Some(tails)) if !waiting.is_empty() => {
+                closed_before(lineage, scans, tails.held).await
+            }
+            (None, _) => None,
+        };
         // No invocation of the parent can run any of its records any more.
         let beyond = tails
             .zip(youngest)
-            .is_some_and(|(bound, youngest)| now.saturating_sub(youngest) > bound);
+            .is_some_and(|(tails, youngest)| now.saturating_sub(youngest) > tails.bound);
         let from = match shard_checkpoint {
             None => Some(ReadFrom::TrimHorizon),
             Some(Position::Record {
@@ -194,7 +234,8 @@ async fn parent_keys_finished(
             .filter(|_| beyond && !waiting.is_empty())
             .map(|from| KeyTail {
                 parent: parent.clone(),
-                keys: waiting,
+                // Every key not done is known only once the whole parent was read.
+                keys: complete.then_some(waiting),
                 range: SkippedRange {
                     from,
                     before: end_of_everything(),
@@ -300,7 +341,7 @@ async fn ancestors_finished(
     store: &dyn CheckpointStore,
     of: &LeaseKey,
     parents: &[String],
-    tails: Option<u64>,
+    tails: Option<Tails<'_>>,
 ) -> Result<Option<KeyVerdict>, LeaseError> {
     for grandparent in parents {
         let grandparent = LeaseKey::new(of.stream(), grandparent.as_str());
@@ -317,4 +358,47 @@ async fn ancestors_finished(
         }
     }
     Ok(None)
+}
+
+/// The arrival (epoch milliseconds) of the oldest record still in `held`, read once per process:
+/// a closed shard takes no record after it closed, and its children take records only once it
+/// has, so each record of every ancestor of `held` arrived no later. `None` when it cannot be
+/// read (logged; the parent's own youngest record, once it has been read whole, still serves).
+async fn closed_before(lineage: &Lineage, scans: &Scans, held: &LeaseKey) -> Option<u64> {
+    let known = scans
+        .oldest
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(held)
+        .copied();
+    if known.is_some() {
+        return known;
+    }
+    let range = SkippedRange {
+        from: ReadFrom::TrimHorizon,
+        before: end_of_everything(),
+    };
+    // One record; a few empty pages at most, as an open shard's reading never ends by itself.
+    let deadline = lineage.clock.now() + OLDEST_READ_TIME;
+    let budget = ReadBudget::new(1, Some(deadline));
+    let read = lineage
+        .topology
+        .read_range(held.stream(), held.shard(), &range, budget)
+        .await;
+    let oldest = match read {
+        Ok(read) => read
+            .records
+            .first()
+            .map(|record| crate::clock::millis_since_epoch(record.arrival()))?,
+        Err(error) => {
+            tracing::warn!(stream = held.stream(), shard = held.shard(), %error, "could not read the held shard's oldest record, which bounds when its closed parents' tails may run");
+            return None;
+        }
+    };
+    scans
+        .oldest
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(held.clone(), oldest);
+    Some(oldest)
 }

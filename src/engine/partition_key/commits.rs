@@ -20,6 +20,19 @@ pub(super) struct Batch<'a> {
     pub(super) keys: &'a HashMap<String, KeyRow>,
     pub(super) ttl: Duration,
     pub(super) now: u64,
+    /// A part of what the batch's keys may have lost for their age, read before it.
+    pub(super) aged_part: Option<AgedPart>,
+}
+
+/// A part of a range read only because the batch was old (no mark proved it), its keys' records
+/// in it the first `recovered` entries: once every one of them is done, every record of the
+/// batch's keys up to `through` (the part's last record before the one the next part starts at,
+/// read whether it was theirs or not) is done, and their checkpoints move there, so that the
+/// next delivery reads on after it. (A mark there would be no lane's own: the record may be
+/// any key's, and another lane's keys may be marked at it.)
+pub(super) struct AgedPart {
+    pub(super) through: SequenceNumber,
+    pub(super) recovered: usize,
 }
 
 /// The marks the keys' rows are to carry, for the states a run is in: a record that fails at
@@ -33,14 +46,59 @@ pub(super) fn key_commits_of(
     states: &[State],
     marks: &HashMap<String, ReportedChange>,
 ) -> Vec<(String, KeyCommit)> {
-    key_commits(
+    let mut commits = key_commits(
         batch.entries,
         states,
         batch.keys,
         marks,
         batch.ttl,
         batch.now,
-    )
+    );
+    if let Some(part) = &batch.aged_part {
+        settle_aged_part(&mut commits, batch, states, part);
+    }
+    commits
+}
+
+/// Moves the checkpoint of each of the batch's keys to the end of the aged `part` read, once
+/// every record of it run here is done (see [`AgedPart`]).
+fn settle_aged_part(
+    commits: &mut Vec<(String, KeyCommit)>,
+    batch: &Batch<'_>,
+    states: &[State],
+    part: &AgedPart,
+) {
+    let done = states.len() >= part.recovered
+        && states[..part.recovered]
+            .iter()
+            .all(|state| matches!(state, State::Done(..)));
+    if !done {
+        return;
+    }
+    let through = Position::record(part.through.clone());
+    let expires_at = (batch.now / 1_000).saturating_add(batch.ttl.as_secs());
+    for (partition_key, row) in batch.keys.iter().filter(|(_, row)| row.in_batch) {
+        if row.checkpoint.as_ref().is_some_and(|old| *old >= through) {
+            continue;
+        }
+        let index = commits.iter().position(|(key, _)| key == partition_key);
+        let index = index.unwrap_or_else(|| {
+            let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+            commit.expires_at = Some(expires_at);
+            commits.push((partition_key.clone(), commit));
+            commits.len() - 1
+        });
+        let commit = &mut commits[index].1;
+        if commit
+            .checkpoint
+            .as_ref()
+            .is_none_or(|moved| *moved < through)
+        {
+            commit.checkpoint = Some(through.clone());
+            commit.below = Below::Keep;
+        }
+    }
+    commits.sort_by(|a, b| a.0.cmp(&b.0));
 }
 
 /// The write each key needs: its new checkpoint (the last record of the key done, in order),

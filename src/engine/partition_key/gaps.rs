@@ -16,7 +16,7 @@ use crate::gap::keys::{
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
 use crate::report::StopReason;
-use crate::sequence::Position;
+use crate::sequence::{Position, SequenceNumber};
 use crate::store::{KeyCommit, LeaseState, ReportedChange};
 
 /// What the keys' rows proved skipped before a batch, and what was read of it.
@@ -27,6 +27,8 @@ pub(super) struct Found {
     /// The first record not read, when the range was read in part: the next delivery reads on
     /// from it.
     pub(super) unread: Option<Position>,
+    /// The last record read before `unread`, filtered out or not.
+    pub(super) read_to: Option<SequenceNumber>,
     /// The range, for the shard's report.
     pub(super) gap: Option<GapReport>,
     /// The lane, when its keys' marks proved the range.
@@ -124,6 +126,7 @@ pub(super) async fn recover<H>(
     }
     // Read in part: the last record read is where the next delivery reads on from.
     let unread = skipped.unread();
+    let read_to = skipped.read_to.clone();
     let complete = skipped.complete;
     let entries = skipped.entries;
     let entries = match of_the_lane(settings, key, entries, keys, &detected, shard_checkpoint).await
@@ -159,6 +162,7 @@ pub(super) async fn recover<H>(
     Ok(Found {
         entries,
         unread,
+        read_to,
         gap: Some(GapReport::new(range, outcome)),
         lane,
     })
@@ -179,8 +183,9 @@ async fn read_lane<H>(settings: &Settings<H>, shard: &LeaseKey, marks: Vec<Posit
 }
 
 impl Lane {
-    /// Whether the lane's reading of `mark` has gone on past it in parts, before a batch
-    /// starting at `first`.
+    /// Whether the lane's reading of `mark` has gone on in parts, before a batch starting at
+    /// `first`: from the mark, or from below it when the range was widened for the batch's age
+    /// (the lane's keys' records before where it goes on are then done too).
     fn progressed(&self, mark: &Position, first: &Position) -> bool {
         let Some(rows) = &self.rows else {
             return false;
@@ -190,7 +195,7 @@ impl Lane {
                 && row
                     .reported
                     .as_ref()
-                    .is_some_and(|progress| progress >= mark && progress < first)
+                    .is_some_and(|progress| progress < first)
         })
     }
 
@@ -212,20 +217,19 @@ impl Lane {
 }
 
 /// After a part of a range read only because the batch was old (no mark proved it), whose
-/// keys are now marked at `progress`: writes the lane's row of that mark, saying that the
-/// reading has gone on to there, so that the next batch reads on from the mark instead of
-/// from the keys' checkpoints again. One `TransactWriteItems`; a row already there (the same
-/// mark proved a range before) is left as it is.
+/// keys are now marked at `mark` (a record of theirs, so no other lane's mark: the first record
+/// of the part not done, or the batch's first): writes the lane's row of that mark, saying that
+/// the reading goes on from `progress`, so that a batch of the lane after the mapping gave up on
+/// this one reads on from there. A redelivery of this one reads on from the keys' checkpoints
+/// (a part done whole moved them: `AgedPart`). One `BatchGetItem` and one `TransactWriteItems`.
 pub(super) async fn settle_aged<H>(
     settings: &Settings<H>,
     shard: &LeaseKey,
+    mark: &Position,
     progress: &Position,
     now: u64,
 ) {
-    let lane = Lane {
-        marks: vec![progress.clone()],
-        rows: Some(vec![LeaseState::default()]),
-    };
+    let lane = read_lane(settings, shard, vec![mark.clone()]).await;
     advance_lane(settings, shard, &lane, progress, now).await;
 }
 

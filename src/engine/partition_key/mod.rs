@@ -105,7 +105,7 @@ mod tail;
 #[cfg(feature = "dynamodb")]
 mod transact;
 
-use commits::Batch;
+use commits::{AgedPart, Batch};
 use finish::finish;
 use gaps::Found;
 use rows::{RowsUnread, read_keys, run_by_key};
@@ -187,6 +187,7 @@ pub(crate) async fn run_shard<H: Handler>(
     let Found {
         entries: mut all,
         unread,
+        read_to,
         gap,
         lane,
     } = match found {
@@ -239,14 +240,19 @@ pub(crate) async fn run_shard<H: Handler>(
     run.states.resize_with(entries.len(), || State::Waiting);
 
     // The first record of what the lane skipped not done (or not read yet), while there is one.
+    // A part read only for the batch's age and done whole is settled by its keys' checkpoints
+    // instead (`AgedPart`): where it goes on may be any key's record.
     let pending = |run: &keyed::Run| {
         let lowest = run.lowest_not_done();
         if lowest < recovered {
             Some(entries[lowest].position())
         } else {
-            unread.clone()
+            unread.clone().filter(|_| lane.is_some())
         }
     };
+    let aged_part = read_to
+        .filter(|_| lane.is_none() && unread.is_some())
+        .map(|through| AgedPart { through, recovered });
     // A range read in part: the lane's keys keep the marks that proved it, and its rows say
     // where the next part starts.
     let in_parts = lane
@@ -278,6 +284,7 @@ pub(crate) async fn run_shard<H: Handler>(
         keys: &keys,
         ttl: settings.key_ttl,
         now: invocation.now(),
+        aged_part,
     };
     let refused = last_write::commit(&runner, &batch, &mut run, &marks).await;
     // Once every key's row is written, the lane's rows say where the next part starts.
@@ -288,15 +295,20 @@ pub(crate) async fn run_shard<H: Handler>(
     ) {
         gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
     }
-    // A range read in part only because the batch was old: its keys are marked where it goes
-    // on, and the lane's row of that mark says the reading got there.
-    if let (None, Some(progress), true, true) = (
-        lane.as_ref(),
-        pending(&run),
-        unread.is_some(),
-        refused.is_empty(),
-    ) {
-        gaps::settle_aged(settings, &key, &progress, invocation.now()).await;
+    // A range read in part only because the batch was old (no mark proved it): its keys are
+    // marked at its first record not done (one of theirs) or, the part done whole, at the
+    // batch's first record, and the lane's row of that mark says where the reading goes on.
+    // (Never at where the next part starts: that record may be any key's, another lane's mark.)
+    if let (None, Some(unread), true) = (lane.as_ref(), unread.as_ref(), refused.is_empty()) {
+        let at = match pending(&run) {
+            Some(failed) => Some((failed.clone(), failed)),
+            None => entries
+                .get(recovered)
+                .map(|first| (first.position(), unread.clone())),
+        };
+        if let Some((mark, progress)) = at {
+            gaps::settle_aged(settings, &key, &mark, &progress, invocation.now()).await;
+        }
     }
     // (A transactional commit marks them itself: a key's earlier transactions may have landed.)
     if !refused.is_empty() && !settings.transactional {

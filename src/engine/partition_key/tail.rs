@@ -5,7 +5,8 @@
 //! claims the parent's shard lease (sibling children of a split, and the child of a merge's
 //! two parents, never run it twice at once; another live owner, a consumer of the whole shard,
 //! keeps the child held), reads the parent after its row's checkpoint to its end with the one
-//! reader of skipped records, filtered to the keys not done, runs them per key in order with
+//! reader of skipped records, filtered to the keys not done when the gate read the whole parent
+//! (every record otherwise, deduped by its key's row), runs them per key in order with
 //! attempts and dead letters as a batch's, commits the keys' rows, and moves the parent row's
 //! checkpoint to the last record before the first one not done (the key mode reads it as done
 //! for every key: the next delivery reads on from there), releasing the lease in the same
@@ -243,11 +244,17 @@ async fn read<H>(
         keys: waiting,
         range,
     } = tail;
-    let waiting: HashSet<&str> = waiting.iter().map(String::as_str).collect();
+    // With the keys not done known, only theirs; otherwise every record, deduped by its key's
+    // row when it runs.
+    let waiting: Option<HashSet<&str>> = waiting
+        .as_ref()
+        .map(|keys| keys.iter().map(String::as_str).collect());
     let filter = |entry: &Entry| {
-        entry
-            .routing_key()
-            .is_some_and(|partition_key| waiting.contains(partition_key))
+        entry.routing_key().is_some_and(|partition_key| {
+            waiting
+                .as_ref()
+                .is_none_or(|waiting| waiting.contains(partition_key))
+        })
     };
     let keep = Keep {
         older_than: None,
@@ -307,6 +314,7 @@ async fn run_keys<H: Handler>(
         keys: &keys,
         ttl: settings.key_ttl,
         now: invocation.now(),
+        aged_part: None,
     };
     // The parent's lanes are delivered no more: the keys' marks stay as they are.
     let marks = |_: &keyed::Run| HashMap::new();
