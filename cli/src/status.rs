@@ -2,6 +2,11 @@
 //! its checkpoint is, what keeps failing, and, when the stream can be read, how far behind the
 //! checkpoint is.
 //!
+//! The partition-key mode keeps a row per partition key (`stream:shard:key`) and, while a
+//! lane's skipped range is read in parts, a row per lane (`stream:shard#lane:mark`). Neither is
+//! a shard: a shard's key rows are counted on its line, with the keys that keep failing, and
+//! lane rows are not shown (no shard id holds a `:` or a `#`, so the key says which is which).
+//!
 //! The lag is measured, not estimated: the records after the checkpoint are read from the
 //! stream (up to [`MAX_COUNTED`]) and the oldest one's arrival time gives the age of the work
 //! waiting, which is what `IteratorAge` would show for this shard.
@@ -58,8 +63,13 @@ pub struct ShardStatus {
     pub parents: Vec<String>,
     /// The record that keeps failing.
     pub failing: Option<Failing>,
-    /// How far behind the checkpoint is, when the stream was read.
+    /// How far behind the checkpoint is, when the stream was read (not for a shard run in the
+    /// partition-key mode: each key has its own checkpoint).
     pub behind: Option<Behind>,
+    /// The rows of the shard's partition keys (the partition-key mode).
+    pub partition_keys: usize,
+    /// The partition keys whose record keeps failing, in key order.
+    pub failing_keys: Vec<FailingKey>,
     /// Anything else the operator should know about this line.
     pub note: Option<String>,
 }
@@ -75,6 +85,49 @@ pub struct Failing {
     pub attempts: u32,
     /// The last error.
     pub last_error: String,
+}
+
+/// A partition key of a shard run in the partition-key mode whose record keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailingKey {
+    /// The partition key.
+    pub partition_key: String,
+    /// Its failing record.
+    pub failing: Failing,
+}
+
+/// What a row of the lease table is, by its key.
+#[derive(Debug, PartialEq, Eq)]
+enum RowKind<'a> {
+    /// A shard's own row (or a bare shard id of an earlier version).
+    Shard,
+    /// A partition key's row, on the shard `stream:shard`.
+    Key {
+        shard: String,
+        partition_key: &'a str,
+    },
+    /// A lane's row (where a skipped range read in parts goes on).
+    Lane,
+}
+
+impl<'a> RowKind<'a> {
+    /// `stream:shard`, `stream:shard:key` or `stream:shard#lane:mark`: a shard id holds neither
+    /// a `:` nor a `#`, nor does a stream name.
+    fn of(lease_key: &'a str) -> Self {
+        let Some((stream, rest)) = lease_key.split_once(':') else {
+            return Self::Shard;
+        };
+        let lane = rest.find('#');
+        let key = rest.find(':');
+        match (lane, key) {
+            (Some(lane), key) if key.is_none_or(|key| lane < key) => Self::Lane,
+            (_, Some(key)) => Self::Key {
+                shard: format!("{stream}:{}", &rest[..key]),
+                partition_key: &rest[key + 1..],
+            },
+            _ => Self::Shard,
+        }
+    }
 }
 
 /// The work waiting after a shard's checkpoint.
@@ -112,15 +165,61 @@ impl ShardStatus {
             checkpoint_sub: partial.as_ref().and_then(Position::sub_sequence),
             finished: state.checkpoint.as_deref() == Some(SHARD_END),
             parents: state.parent_shards.clone(),
-            failing: state.failing.as_ref().map(|failing| Failing {
-                sequence: failing.sequence.clone(),
-                sub_sequence: failing.sub_sequence,
-                attempts: failing.attempts,
-                last_error: failing.last_error.clone(),
-            }),
+            failing: state.failing.as_ref().map(Failing::of),
             behind: None,
+            partition_keys: 0,
+            failing_keys: Vec::new(),
         }
     }
+}
+
+impl Failing {
+    fn of(failing: &kinesis_checkpoint::store::FailingRecord) -> Self {
+        Self {
+            sequence: failing.sequence.clone(),
+            sub_sequence: failing.sub_sequence,
+            attempts: failing.attempts,
+            last_error: failing.last_error.clone(),
+        }
+    }
+}
+
+/// The shards' statuses of `rows`: shard rows as they are, partition keys' rows counted on their
+/// shard's line (a line of its own when the shard has no row), lane rows left out.
+fn shard_statuses(rows: &[Row], now: u64) -> Vec<ShardStatus> {
+    let mut shards: BTreeMap<String, ShardStatus> = BTreeMap::new();
+    let mut keys: Vec<(String, &str, &LeaseState)> = Vec::new();
+    for row in rows {
+        match RowKind::of(&row.lease_key) {
+            RowKind::Shard => {
+                shards.insert(
+                    row.lease_key.clone(),
+                    ShardStatus::of(&row.lease_key, &row.state, now),
+                );
+            }
+            RowKind::Key {
+                shard,
+                partition_key,
+            } => keys.push((shard, partition_key, &row.state)),
+            RowKind::Lane => {}
+        }
+    }
+    keys.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    for (shard, partition_key, state) in keys {
+        let status = shards.entry(shard.clone()).or_insert_with(|| {
+            let mut status = ShardStatus::of(&shard, &LeaseState::default(), now);
+            status.note = Some("partition-key mode: no row of the shard itself".to_owned());
+            status
+        });
+        status.partition_keys += 1;
+        if let Some(failing) = &state.failing {
+            status.failing_keys.push(FailingKey {
+                partition_key: partition_key.to_owned(),
+                failing: Failing::of(failing),
+            });
+        }
+    }
+    shards.into_values().collect()
 }
 
 /// The status of every shard in the table (of `stream` only, when named), with the lag read
@@ -151,9 +250,8 @@ pub async fn collect(
     let mut progress = Progress::new("rows read");
     let rows: Vec<Row> = store.rows(|read| progress.set(read)).await?;
     progress.done();
-    let mut shards: Vec<ShardStatus> = rows
-        .iter()
-        .map(|row| ShardStatus::of(&row.lease_key, &row.state, now))
+    let mut shards: Vec<ShardStatus> = shard_statuses(&rows, now)
+        .into_iter()
         .filter(|status| stream.is_none_or(|s| status.stream.as_deref() == Some(s)))
         .collect();
     let Some(kinesis) = kinesis else {
@@ -201,7 +299,7 @@ pub async fn collect(
             status.note = Some(format!("lag unknown: {error}"));
             continue;
         }
-        if status.finished {
+        if status.finished || status.partition_keys > 0 {
             continue;
         }
         match behind(kinesis, &name, status, now).await {
@@ -342,18 +440,28 @@ pub fn table(shards: &[ShardStatus]) -> String {
         ) {
             (Some(c), _, _) if shard.finished => format!("{c} (finished)"),
             (_, Some(aggregate), Some(sub)) => format!("{aggregate}/{sub}"),
+            (None, _, _) if shard.partition_keys > 0 => {
+                format!("per key ({} keys)", shard.partition_keys)
+            }
             (None, _, _) => "-".to_owned(),
             (Some(c), _, _) => c.clone(),
         };
-        let failing = shard.failing.as_ref().map_or("-".to_owned(), |f| {
-            let sub = f.sub_sequence.map(|s| format!("/{s}")).unwrap_or_default();
-            format!(
-                "{}{sub} x{}: {}",
-                f.sequence,
-                f.attempts,
-                one_line(&f.last_error, 60)
-            )
-        });
+        let failing = match (&shard.failing, shard.failing_keys.as_slice()) {
+            (Some(failing), _) => failing_cell(failing),
+            (None, [first, rest @ ..]) => {
+                let more = if rest.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (+{} keys)", rest.len())
+                };
+                format!(
+                    "key {}: {}{more}",
+                    first.partition_key,
+                    failing_cell(&first.failing)
+                )
+            }
+            (None, []) => "-".to_owned(),
+        };
         let behind = shard.behind.as_ref().map_or("-".to_owned(), |b| {
             let mut text = format!("{}{} records", b.records, if b.more { "+" } else { "" });
             if let Some(age) = b.oldest_age_ms {
@@ -397,6 +505,19 @@ pub fn table(shards: &[ShardStatus]) -> String {
     out
 }
 
+fn failing_cell(failing: &Failing) -> String {
+    let sub = failing
+        .sub_sequence
+        .map(|s| format!("/{s}"))
+        .unwrap_or_default();
+    format!(
+        "{}{sub} x{}: {}",
+        failing.sequence,
+        failing.attempts,
+        one_line(&failing.last_error, 60)
+    )
+}
+
 fn one_line(text: &str, max: usize) -> String {
     let flat = text.replace(['\n', '\r'], " ");
     match flat.char_indices().nth(max) {
@@ -409,4 +530,33 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowKind;
+
+    #[test]
+    fn a_rows_key_says_whether_it_is_a_shards_a_partition_keys_or_a_lanes() {
+        assert_eq!(RowKind::of("orders:shardId-000000000000"), RowKind::Shard);
+        assert_eq!(RowKind::of("shardId-000000000000"), RowKind::Shard);
+        assert_eq!(
+            RowKind::of("orders:shardId-000000000000:customer:42"),
+            RowKind::Key {
+                shard: "orders:shardId-000000000000".to_owned(),
+                partition_key: "customer:42",
+            }
+        );
+        assert_eq!(
+            RowKind::of("orders:shardId-000000000000:a#b"),
+            RowKind::Key {
+                shard: "orders:shardId-000000000000".to_owned(),
+                partition_key: "a#b",
+            }
+        );
+        assert_eq!(
+            RowKind::of("orders:shardId-000000000000#lane:4959/2"),
+            RowKind::Lane
+        );
+    }
 }

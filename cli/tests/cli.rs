@@ -16,7 +16,7 @@ use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, create_table, unique};
 use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::{
-    CheckpointStore, Commit, FailingChange, FailingRecord, LeaseStore,
+    CheckpointStore, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore, ReportedChange,
 };
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use serde_json::Value;
@@ -188,6 +188,85 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
     );
     assert!(
         line("orders:shardId-000000000002 ").contains("x1: ledger table throttled"),
+        "{human}"
+    );
+}
+
+/// The partition-key mode's rows (one per key, one per lane reading a skipped range in parts)
+/// are not shards: the keys are counted on their shard's line, with the ones failing, and the
+/// lanes' rows are not shown.
+#[tokio::test]
+async fn status_counts_a_shards_partition_keys_on_its_line_and_shows_no_lane_rows() {
+    let moto = Moto::shared();
+    let (_, table, store) = fresh_table(moto).await;
+    let row = |name: String| LeaseKey::new("orders", name);
+    let mut done = KeyCommit::new(row(format!("{SHARD}:customer:1")), 0);
+    done.checkpoint = Some(position(4));
+    let mut stuck = KeyCommit::new(row(format!("{SHARD}:customer:2")), 0);
+    stuck.failing = FailingChange::Set(FailingRecord::first(
+        &position(5),
+        "ledger table throttled",
+        0,
+    ));
+    let mut lane_row = KeyCommit::new(row(format!("{SHARD}#lane:{}", common::sequence(3))), 0);
+    lane_row.reported = ReportedChange::Set(position(6));
+    let other = KeyCommit::new(row("shardId-000000000001:supplier".to_owned()), 0);
+    assert_eq!(
+        store
+            .commit_rows(&[done, stuck, lane_row, other])
+            .await
+            .unwrap(),
+        [true, true, true, true]
+    );
+
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+    let output = run(
+        &endpoint,
+        &["status", "--table", &table, "--no-lag", "--json"],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let shards: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    let keys: Vec<&str> = shards
+        .iter()
+        .map(|s| s["lease_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            format!("orders:{SHARD}"),
+            "orders:shardId-000000000001".to_owned()
+        ],
+        "one line per shard: {shards:?}"
+    );
+    let first = &shards[0];
+    assert_eq!(first["shard"], SHARD);
+    assert_eq!(first["partition_keys"], 2);
+    assert_eq!(
+        first["failing_keys"],
+        serde_json::json!([{
+            "partition_key": "customer:2",
+            "failing": {
+                "sequence": common::sequence(5),
+                "sub_sequence": null,
+                "attempts": 1,
+                "last_error": "ledger table throttled"
+            }
+        }])
+    );
+    assert_eq!(shards[1]["partition_keys"], 1);
+    assert_eq!(shards[1]["failing_keys"], serde_json::json!([]));
+
+    let human = text(&run(&endpoint, &["status", "--table", &table, "--no-lag"], "").stdout);
+    println!("{human}");
+    assert_eq!(human.lines().count(), 3, "a header and two shards: {human}");
+    let line = human
+        .lines()
+        .find(|l| l.starts_with(&format!("orders:{SHARD} ")))
+        .unwrap_or_default();
+    assert!(line.contains("per key (2 keys)"), "{human}");
+    assert!(
+        line.contains("key customer:2: ") && line.contains("x1: ledger table throttled"),
         "{human}"
     );
 }
