@@ -382,10 +382,7 @@ async fn a_held_child_whose_first_batch_was_discarded_recovers_it_once_its_paren
     // then on the next one (7 and 8).
     let early = setup.delivery(child, 0..4).await;
     let report = deliver(&processor, early.clone(), "c1").await;
-    assert!(matches!(
-        &report.shards[0].stopped,
-        Some((_, StopReason::Held(_)))
-    ));
+    assert!(held(&report));
     assert_eq!(
         setup.row(child).await.reported.map(|r| r.to_string()),
         Some(sequence_of(&early, 0)),
@@ -1461,10 +1458,7 @@ async fn a_child_whose_never_read_parent_aged_out_whole_runs_the_parents_records
         )
         .await
         .unwrap();
-    assert!(
-        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{early:?}"
-    );
+    assert!(held(&early), "{early:?}");
     assert!(seen.all().is_empty(), "nothing ran: {:?}", seen.all());
     // Every record of the parent is now older than the limit: the mapping dropped them all
     // without delivering the parent once, which leaves it no row at all.
@@ -1569,10 +1563,7 @@ async fn a_child_stays_held_while_another_live_owner_holds_its_closed_parents_le
         )
         .await
         .unwrap();
-    assert!(
-        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{report:?}"
-    );
+    assert!(held(&report), "{report:?}");
     assert!(matches!(
         &report.shards[0].parents[0].stopped,
         Some((_, StopReason::LeaseHeld { .. }))
@@ -1606,10 +1597,7 @@ async fn a_child_whose_closed_parent_shows_no_trouble_waits_without_reading_the_
         )
         .await
         .unwrap();
-    assert!(matches!(
-        &report.shards[0].stopped,
-        Some((_, StopReason::Held(_)))
-    ));
+    assert!(held(&report));
     assert!(report.shards[0].parents.is_empty(), "{report:?}");
     assert_eq!(seen.all(), [0, 1]);
 }
@@ -1723,10 +1711,7 @@ async fn a_parents_tail_longer_than_one_reading_runs_over_several_deliveries_of_
         )
         .await
         .unwrap();
-    assert!(
-        matches!(&first.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{first:?}"
-    );
+    assert!(held(&first), "{first:?}");
     assert_eq!(first.shards[0].parents[0].count(Disposition::Processed), 1);
     assert_eq!(seen.all(), [0, 1]);
     let parent = store.read(&LeaseKey::new("orders", PARENT)).await.unwrap();
@@ -1790,10 +1775,7 @@ async fn a_parents_tail_run_in_parts_whose_commit_answer_was_lost_still_runs_to_
         )
         .await
         .unwrap();
-    assert!(
-        matches!(&first.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{first:?}"
-    );
+    assert!(held(&first), "{first:?}");
     assert!(
         matches!(
             &first.shards[0].parents[0].stopped,
@@ -1990,10 +1972,7 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_the_mapping_gave_up_on_
 
     // Young, the parent's records could still be run by a retry of the mapping's: held.
     let early = deliver(setup.delivery(child, 0..4).await, "c1").await;
-    assert!(
-        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{early:?}"
-    );
+    assert!(held(&early), "{early:?}");
     assert!(early.shards[0].parents.is_empty(), "{early:?}");
 
     clock.by(BEYOND_EVERY_INVOCATION + Duration::from_secs(5));
@@ -2087,18 +2066,12 @@ async fn in_the_partition_key_mode_a_child_stays_held_while_its_closed_parents_y
  {
     let (stream, store, seen, processor, child) = key_tail_setup(true).await;
     let early = deliver_child(&processor, &stream, &child, "c1").await;
-    assert!(matches!(
-        &early.shards[0].stopped,
-        Some((_, StopReason::Held(_)))
-    ));
+    assert!(held(&early));
     // Older than the limit, but a batch the mapping took just before the limit may still be
     // waiting out its batching window, or running.
     tokio::time::sleep(Duration::from_secs(BEYOND_EVERY_INVOCATION.as_secs() - 1)).await;
     let report = deliver_child(&processor, &stream, &child, "c2").await;
-    assert!(
-        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{report:?}"
-    );
+    assert!(held(&report), "{report:?}");
     assert!(report.shards[0].parents.is_empty(), "{report:?}");
     assert_eq!(seen.all(), [0, 1], "nothing of the parent's tail ran");
     let parent = LeaseKey::new("orders", PARENT);
@@ -2133,10 +2106,7 @@ async fn in_the_partition_key_mode_a_child_stays_held_while_another_live_owner_h
         kinesis_checkpoint::store::Claim::Acquired(_)
     ));
     let report = deliver_child(&processor, &stream, &child, "c2").await;
-    assert!(
-        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{report:?}"
-    );
+    assert!(held(&report), "{report:?}");
     assert_eq!(seen.all(), [0, 1], "nothing of the parent's tail ran");
     assert_eq!(
         store.read(&parent).await.unwrap().lease_owner.as_deref(),
@@ -2156,10 +2126,7 @@ async fn in_the_partition_key_mode_without_a_record_age_told_a_closed_parents_ta
     let (stream, store, seen, processor, child) = key_tail_setup(false).await;
     tokio::time::sleep(Duration::from_hours(6)).await;
     let report = deliver_child(&processor, &stream, &child, "c1").await;
-    assert!(
-        matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{report:?}"
-    );
+    assert!(held(&report), "{report:?}");
     assert!(report.shards[0].parents.is_empty());
     assert_eq!(seen.all(), [0, 1]);
     let parent = LeaseKey::new("orders", PARENT);
@@ -2454,10 +2421,7 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
             .unwrap()
     };
     let early = deliver_merged("c1").await;
-    assert!(
-        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{early:?}"
-    );
+    assert!(held(&early), "{early:?}");
     assert!(early.shards[0].parents.is_empty(), "{early:?}");
 
     tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
@@ -2503,6 +2467,11 @@ async fn in_the_partition_key_mode_a_merges_child_runs_both_closed_parents_tails
         );
         assert_eq!(row.lease_owner, None, "{parent}'s lease is released");
     }
+}
+
+/// Whether the report's first shard was held back (by its parents).
+fn held(report: &BatchReport) -> bool {
+    matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_))))
 }
 
 /// The memory stream's records of `shard` at `indexes`, as one batch of a lane.
@@ -2694,10 +2663,7 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_too_long_for_one_check_
             .unwrap()
     };
     let early = deliver("c0").await;
-    assert!(
-        matches!(&early.shards[0].stopped, Some((_, StopReason::Held(_)))),
-        "{early:?}"
-    );
+    assert!(held(&early), "{early:?}");
     tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
     let mut deliveries = 0;
     loop {
@@ -2790,10 +2756,7 @@ async fn in_the_partition_key_mode_a_closed_parent_read_in_parts_by_fresh_proces
             .await
             .unwrap();
         if deliveries == 1 {
-            assert!(
-                matches!(&report.shards[0].stopped, Some((_, StopReason::Held(_)))),
-                "{report:?}"
-            );
+            assert!(held(&report), "{report:?}");
             let row = store.read(&parent).await.unwrap();
             assert_eq!(
                 row.checkpoint.as_deref(),

@@ -56,6 +56,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `status --no-lag --json` of `table`, parsed: one object per shard line.
+fn status_json(endpoints: &[(&str, &str)], table: &str) -> Vec<Value> {
+    let output = run(
+        endpoints,
+        &["status", "--table", table, "--no-lag", "--json"],
+        "",
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
 async fn fresh_table(moto: &Moto) -> (aws_config::SdkConfig, String, DynamoLeaseStore) {
     let config = moto.sdk_config(1).await;
     let table = unique("cli");
@@ -140,13 +151,7 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
     .await;
 
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
-    let output = run(
-        &endpoint,
-        &["status", "--table", &table, "--no-lag", "--json"],
-        "",
-    );
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let shards: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    let shards = status_json(&endpoint, &table);
     let by_key: HashMap<&str, &Value> = shards
         .iter()
         .map(|s| (s["lease_key"].as_str().unwrap(), s))
@@ -220,13 +225,7 @@ async fn status_counts_a_shards_partition_keys_on_its_line_and_shows_no_lane_row
     );
 
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
-    let output = run(
-        &endpoint,
-        &["status", "--table", &table, "--no-lag", "--json"],
-        "",
-    );
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let shards: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
+    let shards = status_json(&endpoint, &table);
     let keys: Vec<&str> = shards
         .iter()
         .map(|s| s["lease_key"].as_str().unwrap())
@@ -458,13 +457,7 @@ async fn status_shows_the_progress_inside_an_aggregate_beside_the_checkpoint_don
     assert!(store.commit(&key, "ledger:req-1", &commit).await.unwrap());
 
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
-    let json = run(
-        &endpoint,
-        &["status", "--table", &table, "--no-lag", "--json"],
-        "",
-    );
-    assert!(json.status.success(), "{}", text(&json.stderr));
-    let shards: Vec<Value> = serde_json::from_slice(&json.stdout).expect("JSON");
+    let shards = status_json(&endpoint, &table);
     assert_eq!(shards[0]["checkpoint"], common::sequence(8), "done whole");
     assert_eq!(shards[0]["aggregate_sequence"], common::sequence(9));
     assert_eq!(shards[0]["checkpoint_sub"], 3);
