@@ -2703,6 +2703,85 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_too_long_for_one_check_
     );
 }
 
+/// The same, but the child's first record arrives long after the split: its oldest record
+/// bounds nothing while its batch can still be delivered, and a fresh gate never read the parent
+/// to its end. The reading towards the end now goes on from the parent's scan row, one part per
+/// held check in whatever process, until it meets the youngest record.
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_closed_parents_end_is_learnt_over_fresh_processes_when_its_child_starts_late()
+ {
+    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+    for n in 0..8_u64 {
+        let key = if n % 2 == 0 { "customer" } else { "supplier" };
+        stream.put(key, serde_json::json!({ "n": n }).to_string());
+    }
+    stream.split(SHARD);
+    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    let seen = Seen::default();
+    let fresh = || {
+        let gate = Gate::new(
+            Arc::new(Capped {
+                stream: stream.clone(),
+                cap: 2,
+            }),
+            StartingPosition::TrimHorizon,
+        )
+        .clock(clock.clone())
+        .maximum_record_age(AGE_LIMIT);
+        Processor::by_partition_key(store.clone(), seen.handler(&[]))
+            .clock(clock.clone())
+            .gate(gate)
+    };
+    fresh()
+        .process_batch(
+            memory_delivery(&stream, PARENT, 0..2),
+            &context("p", 60_000),
+        )
+        .await
+        .unwrap();
+    // The child's first records, long after the parent's last.
+    tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
+    for n in 8..10_u64 {
+        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+    }
+    let child = stream.shard_of("customer");
+    let mut deliveries = 0;
+    loop {
+        deliveries += 1;
+        assert!(
+            deliveries <= 12,
+            "the child is still held: {:?}",
+            seen.all()
+        );
+        let report = fresh()
+            .process_batch(
+                memory_delivery(&stream, &child, 0..2),
+                &context(&format!("c{deliveries}"), 60_000),
+            )
+            .await
+            .unwrap();
+        if report.shards[0].stopped.is_none() {
+            break;
+        }
+    }
+    let all = seen.all();
+    let mut parent_ran = all[..8].to_vec();
+    parent_ran.sort_unstable();
+    assert_eq!(
+        parent_ran,
+        (0..8).collect::<Vec<_>>(),
+        "the whole tail, once each"
+    );
+    assert_eq!(all[8..], [8, 9]);
+    let scan = LeaseKey::new("orders", format!("{PARENT}#scan"));
+    assert!(
+        store.read(&scan).await.unwrap().reported.is_some(),
+        "how far the reading got is in the parent's scan row"
+    );
+}
+
 /// The partition-key mode's gate reads a closed parent in parts (10,000 records per held batch)
 /// and keeps what it read in its own process only. A child whose every held delivery lands in
 /// a fresh process (a new sandbox) read the same first part each time and was held until the

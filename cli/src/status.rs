@@ -3,9 +3,10 @@
 //! checkpoint is.
 //!
 //! The partition-key mode keeps a row per partition key (`stream:shard:key`) and, while a
-//! lane's skipped range is read in parts, a row per lane (`stream:shard#lane:mark`). Neither is
-//! a shard: a shard's key rows are counted on its line, with the keys that keep failing, and
-//! lane rows are not shown (no shard id holds a `:` or a `#`, so the key says which is which).
+//! lane's skipped range is read in parts, a row per lane (`stream:shard#lane:mark`), and while
+//! a closed parent is read towards its end, one for that (`stream:shard#scan`). None is a
+//! shard: a shard's key rows are counted on its line, with the keys that keep failing, and the
+//! others are not shown (no shard id holds a `:` or a `#`, so the key says which is which).
 //!
 //! The lag is measured, not estimated: the records after the checkpoint are read from the
 //! stream (up to [`MAX_COUNTED`]) and the oldest one's arrival time gives the age of the work
@@ -106,7 +107,7 @@ enum RowKind<'a> {
         shard: String,
         partition_key: &'a str,
     },
-    /// A lane's row (where a skipped range read in parts goes on).
+    /// A lane's or a scan's row (`#`: where a reading in parts goes on).
     Lane,
 }
 
@@ -556,6 +557,10 @@ mod tests {
         );
         assert_eq!(
             RowKind::of("orders:shardId-000000000000#lane:4959/2"),
+            RowKind::Lane
+        );
+        assert_eq!(
+            RowKind::of("orders:shardId-000000000000#scan"),
             RowKind::Lane
         );
     }

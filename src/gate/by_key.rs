@@ -48,6 +48,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::lineage::{Lineage, held_unknown};
+use super::parent_end;
 use super::parent_scan::{self, ParentScan, end_of_everything};
 use super::topology::StartingPosition;
 use crate::gap::ReadBudget;
@@ -203,16 +204,21 @@ async fn parent_keys_finished(
                 .is_none_or(|checkpoint| Position::record((*done).clone()) > *checkpoint)
         })
         .map(|done| (parent.clone(), done.clone()));
+    let read_to = scan.read_to().cloned();
     scans.keep(parent, scan);
     if let Some((held, waiting)) = verdict? {
         let now = lineage.clock.now_millis();
-        // The parent's youngest record, or, while the parent is read in part (a check in each
-        // new process starts again after the parent row's checkpoint, so a long parent may never
-        // be read whole), a later arrival: the held shard's oldest record's.
+        // The parent's youngest record: read here, or learnt over the checks of every process
+        // (`parent_end`: a check in a new process starts again after the parent row's
+        // checkpoint, so a long parent may never be read whole here); until then a later
+        // arrival, the held shard's oldest record's.
         let youngest = match (youngest, tails) {
             (Some(youngest), _) => Some(youngest),
             (None, Some(tails)) if !waiting.is_empty() => {
-                closed_before(lineage, scans, tails.held).await
+                match parent_end::youngest_arrival(lineage, store, parent, read_to.as_ref()).await {
+                    Some(youngest) => Some(youngest),
+                    None => closed_before(lineage, scans, tails.held).await,
+                }
             }
             (None, _) => None,
         };

@@ -76,6 +76,7 @@ mod kinesis;
 #[cfg(feature = "kinesis")]
 mod kinesis_range;
 mod lineage;
+mod parent_end;
 mod parent_scan;
 mod topology;
 

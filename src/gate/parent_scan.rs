@@ -64,6 +64,11 @@ impl ParentScan {
             .filter(|_| !self.complete && self.ends.keys().all(|key| self.done.contains(key)))
     }
 
+    /// The last record read, if any.
+    pub(crate) fn read_to(&self) -> Option<&SequenceNumber> {
+        self.read_to.as_ref()
+    }
+
     /// The keys with records not known to be done, in order (sorted, for a stable read).
     pub(crate) fn pending(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = self

@@ -15,6 +15,8 @@ use crate::store::{Below, CheckpointStore, FailingChange, KeyCommit, ReportedCha
 /// The batch whose keys' rows are written: the shard, its entries (the lane's skipped records
 /// first), the keys' rows as read, and the rows' TTL from `now` (epoch milliseconds).
 pub(super) struct Batch<'a> {
+    /// The shard (a transactional commit names it in its token and its errors).
+    #[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
     pub(super) key: &'a LeaseKey,
     pub(super) entries: &'a [Entry],
     pub(super) keys: &'a HashMap<String, KeyRow>,
