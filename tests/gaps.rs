@@ -2604,6 +2604,62 @@ async fn in_the_partition_key_mode_a_range_read_in_parts_for_the_batchs_age_does
     assert_eq!(b, [0, 2, 3, 4, 6], "b's, once each, in order");
 }
 
+/// A parent of eight records (a customer's and a supplier's in turn) on a clock, split, its
+/// first batch of two done and the rest given up on by the mapping; a fresh partition-key
+/// processor per process (`fresh`), its gate told the record age and reading two records a part.
+struct LongParent {
+    clock: Arc<dyn kinesis_checkpoint::clock::Clock>,
+    stream: kinesis_checkpoint::local::MemoryStream,
+    store: Arc<MemoryLeaseStore>,
+    seen: Seen,
+}
+
+impl LongParent {
+    async fn split() -> Self {
+        use kinesis_checkpoint::clock::TokioClock;
+        let clock: Arc<dyn kinesis_checkpoint::clock::Clock> =
+            Arc::new(TokioClock::starting_at(1_764_512_345_000));
+        let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
+        for n in 0..8_u64 {
+            let key = if n % 2 == 0 { "customer" } else { "supplier" };
+            stream.put(key, serde_json::json!({ "n": n }).to_string());
+        }
+        stream.split(SHARD);
+        let setup = Self {
+            store: Arc::new(MemoryLeaseStore::with_clock(clock.clone())),
+            clock,
+            stream,
+            seen: Seen::default(),
+        };
+        setup
+            .fresh()
+            .process_batch(
+                memory_delivery(&setup.stream, PARENT, 0..2),
+                &context("p", 60_000),
+            )
+            .await
+            .unwrap();
+        assert_eq!(setup.seen.all(), [0, 1]);
+        setup
+    }
+
+    /// The processor of a new process: nothing learnt of the parent yet.
+    fn fresh(&self) -> Processor<impl Handler + use<>, kinesis_checkpoint::PartitionKeyMode> {
+        let gate = Gate::new(
+            Arc::new(Capped {
+                stream: self.stream.clone(),
+                cap: 2,
+            }),
+            StartingPosition::TrimHorizon,
+        )
+        .clock(self.clock.clone())
+        .maximum_record_age(AGE_LIMIT);
+        Processor::by_partition_key(self.store.clone(), self.seen.handler(&[]))
+            .clock(self.clock.clone())
+            .gate(gate)
+    }
+}
+
 /// A closed parent too long for one held check to read whole, whose tail the mapping gave up on,
 /// checked by a fresh process at every held delivery. Each fresh gate starts again after the
 /// parent row's checkpoint and reads a part or two, so it never learnt the parent's youngest
@@ -2614,49 +2670,25 @@ async fn in_the_partition_key_mode_a_range_read_in_parts_for_the_batchs_age_does
 #[tokio::test(start_paused = true)]
 async fn in_the_partition_key_mode_a_closed_parents_tail_too_long_for_one_check_runs_from_its_child_checked_by_fresh_processes()
  {
-    use kinesis_checkpoint::clock::{Clock, TokioClock};
-    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
-    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
-    for n in 0..8_u64 {
-        let key = if n % 2 == 0 { "customer" } else { "supplier" };
-        stream.put(key, serde_json::json!({ "n": n }).to_string());
-    }
-    stream.split(SHARD);
+    let setup = LongParent::split().await;
     for n in 8..10_u64 {
-        stream.put("customer", serde_json::json!({ "n": n }).to_string());
+        setup
+            .stream
+            .put("customer", serde_json::json!({ "n": n }).to_string());
     }
+    let LongParent {
+        stream,
+        store,
+        seen,
+        ..
+    } = &setup;
     let child = stream.shard_of("customer");
-    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
-    let seen = Seen::default();
-    // A gate per process, reading at most two records a part, told the mapping's record age.
-    let fresh = || {
-        let gate = Gate::new(
-            Arc::new(Capped {
-                stream: stream.clone(),
-                cap: 2,
-            }),
-            StartingPosition::TrimHorizon,
-        )
-        .clock(clock.clone())
-        .maximum_record_age(AGE_LIMIT);
-        Processor::by_partition_key(store.clone(), seen.handler(&[]))
-            .clock(clock.clone())
-            .gate(gate)
-    };
-    // The mapping delivered the parent's first batch only, and gave up on the rest.
-    fresh()
-        .process_batch(
-            memory_delivery(&stream, PARENT, 0..2),
-            &context("p", 60_000),
-        )
-        .await
-        .unwrap();
-    assert_eq!(seen.all(), [0, 1]);
+    let fresh = || setup.fresh();
 
     let deliver = async |request: &str| {
         fresh()
             .process_batch(
-                memory_delivery(&stream, &child, 0..2),
+                memory_delivery(stream, &child, 0..2),
                 &context(request, 60_000),
             )
             .await
@@ -2710,37 +2742,14 @@ async fn in_the_partition_key_mode_a_closed_parents_tail_too_long_for_one_check_
 #[tokio::test(start_paused = true)]
 async fn in_the_partition_key_mode_a_closed_parents_end_is_learnt_over_fresh_processes_when_its_child_starts_late()
  {
-    use kinesis_checkpoint::clock::{Clock, TokioClock};
-    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
-    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
-    for n in 0..8_u64 {
-        let key = if n % 2 == 0 { "customer" } else { "supplier" };
-        stream.put(key, serde_json::json!({ "n": n }).to_string());
-    }
-    stream.split(SHARD);
-    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
-    let seen = Seen::default();
-    let fresh = || {
-        let gate = Gate::new(
-            Arc::new(Capped {
-                stream: stream.clone(),
-                cap: 2,
-            }),
-            StartingPosition::TrimHorizon,
-        )
-        .clock(clock.clone())
-        .maximum_record_age(AGE_LIMIT);
-        Processor::by_partition_key(store.clone(), seen.handler(&[]))
-            .clock(clock.clone())
-            .gate(gate)
-    };
-    fresh()
-        .process_batch(
-            memory_delivery(&stream, PARENT, 0..2),
-            &context("p", 60_000),
-        )
-        .await
-        .unwrap();
+    let setup = LongParent::split().await;
+    let LongParent {
+        stream,
+        store,
+        seen,
+        ..
+    } = &setup;
+    let fresh = || setup.fresh();
     // The child's first records, long after the parent's last.
     tokio::time::sleep(BEYOND_EVERY_INVOCATION + Duration::from_secs(5)).await;
     for n in 8..10_u64 {
@@ -2757,7 +2766,7 @@ async fn in_the_partition_key_mode_a_closed_parents_end_is_learnt_over_fresh_pro
         );
         let report = fresh()
             .process_batch(
-                memory_delivery(&stream, &child, 0..2),
+                memory_delivery(stream, &child, 0..2),
                 &context(&format!("c{deliveries}"), 60_000),
             )
             .await
