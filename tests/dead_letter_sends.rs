@@ -139,7 +139,7 @@ fn assert_is_the_record(redriven: &Record) {
 async fn a_send_whose_second_part_failed_is_deleted_once_the_record_is_complete_in_its_resend() {
     let setup = setup().await;
     let sink = setup.sink();
-    setup.wire.fail_next(2);
+    setup.wire.lose_part(2);
     let first = sink.send(&letter("timed out", 1)).await;
     assert!(
         first.is_err(),
@@ -190,9 +190,37 @@ async fn a_send_whose_second_part_failed_is_deleted_once_the_record_is_complete_
 }
 
 #[tokio::test]
+async fn a_part_refused_once_is_sent_again_in_the_same_send_and_the_record_redrives_whole() {
+    let setup = setup().await;
+    setup.wire.fail_next(2);
+    setup.sink().send(&letter("timed out", 1)).await.unwrap();
+    let bodies = sent_bodies(&setup.wire);
+    let parts = bodies[0]["parts"].as_u64().unwrap() as usize;
+    assert!(parts >= 3, "{parts}");
+    assert_eq!(bodies.len(), parts, "each part taken once: {bodies:?}");
+    let send_ids: std::collections::HashSet<&str> = bodies
+        .iter()
+        .map(|body| body["send_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(send_ids.len(), 1, "one send");
+    let numbers: Vec<u64> = bodies.iter().map(|b| b["part"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (1..=parts as u64).collect::<Vec<_>>());
+
+    let (report, seen) = setup.redrive().await;
+
+    assert_eq!(seen.len(), 1, "{report:?}");
+    assert_is_the_record(&seen[0]);
+    assert_eq!(
+        (report.redriven, report.leftovers, report.incomplete),
+        (1, 0, 0)
+    );
+    assert_eq!(setup.depth().await, 0);
+}
+
+#[tokio::test]
 async fn an_incomplete_send_with_no_complete_twin_is_left_in_the_queue_and_named() {
     let setup = setup().await;
-    setup.wire.fail_next(3);
+    setup.wire.lose_part(3);
     assert!(setup.sink().send(&letter("timed out", 1)).await.is_err());
     let parts = sent_bodies(&setup.wire)[0]["parts"].as_u64().unwrap();
     let want = format!("parts [1, 2] of {parts}");

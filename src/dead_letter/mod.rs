@@ -155,7 +155,7 @@ pub use memory::{MemoryQueue, QueueRefused};
 #[cfg(feature = "sqs")]
 pub use message::{Message, MessageAttribute, is_sqs_text};
 #[cfg(feature = "sqs")]
-pub use queue::{MessageQueue, Received, send_letter};
+pub use queue::{MessageQueue, PART_TRIES, Received, send_letter};
 #[cfg(feature = "sqs")]
 pub use redrive::{RedriveError, RedriveReport, redrive, redrive_queue};
 #[cfg(feature = "sqs")]

@@ -76,14 +76,31 @@ struct SendFailed {
     detail: String,
 }
 
+/// How many times [`send_letter`] sends a part before it gives the send up: the first try and
+/// two more.
+///
+/// A send that fails is sent again whole by the record's next attempt, at new chunk boundaries
+/// and under a new send id, so what one send got into the queue never helps the next: a record of
+/// `n` parts each of which fails with chance `p` would get through only with chance `(1 - p)^n`
+/// per attempt, and a large poison record could hold its shard for many deliveries. Trying each
+/// part again in place makes that `(1 - p^3)^n`. The AWS SDK has already retried a throttle or
+/// a server error by then; what reaches here is a failure after its retries (or a refusal that
+/// fails the same way three times, at no cost but two requests).
+///
+/// ```
+/// assert_eq!(kinesis_checkpoint::dead_letter::PART_TRIES, 3);
+/// ```
+pub const PART_TRIES: usize = 3;
+
 /// Sends `letter` to `queue` as one send: one message, or several parts when it is larger than
-/// a message, all naming a send id of their own. `Ok` once every part was taken.
+/// a message, all naming a send id of their own. A part that fails is sent again, up to
+/// [`PART_TRIES`] times in all. `Ok` once every part was taken.
 ///
 /// # Errors
 ///
-/// A part was refused (the parts sent before it stay in the queue, and a redrive deletes them
-/// once another send of the record is complete), or the record's metadata alone does not fit in
-/// a message.
+/// A part was refused on every try (the parts sent before it stay in the queue, and a redrive
+/// deletes them once another send of the record is complete), or the record's metadata alone
+/// does not fit in a message.
 ///
 /// ```
 /// use kinesis_checkpoint::dead_letter::{MemoryQueue, send_letter};
@@ -105,16 +122,21 @@ pub async fn send_letter<Q: MessageQueue + ?Sized>(
     let messages = message::encode(letter, queue.max_message_bytes(), &message::new_send_id())?;
     let parts = messages.len();
     for (index, message) in messages.iter().enumerate() {
-        queue
-            .send_message(message)
-            .await
-            .map_err(|error| SendFailed {
-                record: letter.record.to_string(),
-                queue: queue.name(),
-                part: index + 1,
-                parts,
-                detail: error.to_string(),
-            })?;
+        let mut tries = 1;
+        while let Err(error) = queue.send_message(message).await {
+            if tries == PART_TRIES {
+                return Err(SendFailed {
+                    record: letter.record.to_string(),
+                    queue: queue.name(),
+                    part: index + 1,
+                    parts,
+                    detail: error.to_string(),
+                }
+                .into());
+            }
+            tracing::warn!(record = %letter.record, part = index + 1, parts, %error, "a dead letter's part was refused; sending it again");
+            tries += 1;
+        }
     }
     Ok(())
 }

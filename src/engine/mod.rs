@@ -16,7 +16,8 @@
 //! | `keyed` | per-key dispatch |
 //! | `recovery` | records the mapping skipped, read and put before the batch |
 //! | `transactional` | a transactional handler's writes committed with the checkpoint, in chunks |
-//! | `shard` | the shard mode: lease, gate, keep-alive, one checkpoint write |
+//! | `shard_lease` | the shard mode's lease: the claim that reads the row, keep-alive, release |
+//! | `shard` | the shard mode: gate, dedupe, dispatch, one checkpoint write |
 //! | `partition_key` | the partition-key mode: a row per key |
 //!
 //! Every dispatcher runs a record through the one attempt runner, so a record is treated alike
@@ -32,6 +33,7 @@ mod partition_key;
 mod recovery;
 mod settings;
 mod shard;
+mod shard_lease;
 #[cfg(feature = "dynamodb")]
 mod transactional;
 

@@ -6,7 +6,6 @@
 //! and write the checkpoint, the failing record and the release in one conditional write.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -17,13 +16,16 @@ use super::keyed;
 use super::ordered::{self, Committed, Dispatched};
 use super::recovery::{self, Recovery, Tail, recover};
 use super::settings::Settings;
+use super::shard_lease::{claim, keep_alive, release};
 #[cfg(feature = "dynamodb")]
 use super::transactional;
 use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, PositionSource, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
-use crate::store::{Below, BoxFuture, CheckpointStore, Claim, Commit, LeaseState, ReportedChange};
+use crate::store::{
+    Below, BoxFuture, CheckpointStore, Commit, LeaseState, ReportedChange, commit_again_once,
+};
 
 /// Claim, dedupe, dispatch, checkpoint and release one shard's records.
 #[allow(
@@ -226,86 +228,6 @@ async fn run_shard_at<H: Handler>(
     report
 }
 
-/// Claims the shard's lease and reads its row in one request; or says why nothing may run,
-/// the lease released.
-async fn claim<H>(
-    settings: &Settings<H>,
-    key: &LeaseKey,
-    owner: &str,
-    ttl: Duration,
-    (attempting, batch): (Option<&Position>, &[Entry]),
-) -> Result<LeaseState, StopReason> {
-    let state = match settings
-        .store
-        .acquire_and_read(key, owner, ttl, attempting)
-        .await
-    {
-        Ok(Claim::Acquired(state)) => state,
-        Ok(Claim::Held(state)) => {
-            let owner = state.lease_owner.clone();
-            tracing::warn!(
-                holder = owner.as_deref().unwrap_or("unknown"),
-                "another invocation holds the shard's lease; processing nothing"
-            );
-            // The holder may be an invocation whose release did not land: should the mapping
-            // give up on this batch meanwhile, the next one must find the gap.
-            turned_away(settings.store.as_ref(), key, &state, batch).await;
-            return Err(StopReason::LeaseHeld { owner });
-        }
-        Err(error) => {
-            tracing::error!(%error, "could not claim the shard's lease; processing nothing");
-            release(
-                settings.store.as_ref(),
-                key,
-                owner,
-                None,
-                ReportedChange::Keep,
-            )
-            .await;
-            // The claim's mark of the batch did not land: should the mapping give up on the
-            // batch (its retries spent on refused claims), the next one must find the gap.
-            // A store that refuses this too has lost nothing yet; one that refuses every
-            // write on every delivery of the batch leaves nothing to find it by.
-            if attempting.is_some() {
-                match settings.store.read(key).await {
-                    Ok(state) => turned_away(settings.store.as_ref(), key, &state, batch).await,
-                    Err(error) => {
-                        tracing::warn!(%error, "could not remember the batch turned away");
-                    }
-                }
-            }
-            return Err(StopReason::Store(error.to_string()));
-        }
-    };
-    Ok(state)
-}
-
-/// Remembers a batch that ran nothing, in the row's `contended` (written without the lease):
-/// its first record above the checkpoint, since another writer (a seed consumer) may have
-/// done part of it already, and a mark at or below the checkpoint is read as done. The
-/// lowest batch turned away counts, so an older mark still above the checkpoint is kept.
-async fn turned_away(
-    store: &dyn CheckpointStore,
-    key: &LeaseKey,
-    state: &LeaseState,
-    batch: &[Entry],
-) {
-    let done = state.position().ok().flatten();
-    let first = batch
-        .iter()
-        .map(Entry::position)
-        .find(|position| done.as_ref().is_none_or(|done| position > done));
-    let older = state.contended.as_ref().filter(|contended| {
-        done.as_ref().is_none_or(|done| *contended > done)
-            && first.as_ref().is_some_and(|first| *contended <= first)
-    });
-    if let (Some(first), None) = (&first, older)
-        && let Err(error) = store.mark_contended(key, first).await
-    {
-        tracing::warn!(%error, "could not remember the batch turned away");
-    }
-}
-
 /// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its
 /// parents are finished, and its invocation may recover a parent's tail meanwhile (see the
 /// gate's "Parent tail recovery"). Returns the checkpoint and the parents just learnt, or why
@@ -436,25 +358,6 @@ async fn parent_tail<H: Handler>(
     Some((report, ran_whole && unread.is_none()))
 }
 
-/// Releases the lease without progress (keeping the parents just learnt); a failure only
-/// means the lease lapses by itself.
-pub(crate) async fn release(
-    store: &dyn CheckpointStore,
-    key: &LeaseKey,
-    owner: &str,
-    parent_shards: Option<Vec<String>>,
-    reported: ReportedChange,
-) {
-    let release = Commit {
-        reported,
-        ..Commit::default()
-    }
-    .learnt_parents(parent_shards);
-    if let Err(error) = store.commit(key, owner, &release).await {
-        tracing::warn!(%error, "could not release the lease; it lapses by itself");
-    }
-}
-
 /// What the last write of an invocation carries, given what dispatch did: the checkpoint
 /// (an aggregate whose last sub-record is done is checkpointed whole: `checkpoint` names
 /// records done whole, and a parent ending in it is then exhausted at it), the record below
@@ -518,7 +421,7 @@ async fn commit_plain(
         stopped,
         ..
     } = dispatched;
-    let reason = match store.commit(key, owner, &commit).await {
+    let reason = match commit_again_once(store, key, owner, &commit).await {
         Ok(true) => return (dispositions, stopped, progress),
         Ok(false) => StopReason::CheckpointFenced,
         Err(error) => StopReason::CheckpointFailed(error.to_string()),
@@ -541,35 +444,6 @@ async fn commit_plain(
     );
     let stopped = ordered::unrecorded(&mut dispositions, 0, stopped, reason);
     (dispositions, stopped, None)
-}
-
-/// Renews the lease every third of its TTL; marks it lost when a renew is refused, and
-/// lets it lapse (as far as dispatch is concerned) when renewals keep failing.
-async fn keep_alive(
-    store: &dyn CheckpointStore,
-    key: &LeaseKey,
-    owner: &str,
-    invocation: &Invocation,
-    lease: &LeaseWatch,
-) {
-    loop {
-        invocation.clock().sleep(lease.ttl / 3).await;
-        let ttl = invocation.lease_ttl(lease.ttl, lease.skew());
-        let sent = invocation.now();
-        match store.renew(key, owner, ttl).await {
-            Ok(true) => lease.renewed(sent, ttl),
-            Ok(false) => {
-                tracing::error!(
-                    stream = key.stream(),
-                    shard = key.shard(),
-                    "the lease was taken by another owner; stopping dispatch"
-                );
-                lease.fence();
-                std::future::pending::<()>().await;
-            }
-            Err(error) => tracing::warn!(%error, "could not renew the lease; retrying"),
-        }
-    }
 }
 
 /// Finds and reads the range the mapping skipped before `entries` (see [`recover`](super::recovery::recover)); when

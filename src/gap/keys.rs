@@ -38,14 +38,19 @@ use crate::store::{LeaseState, ReportedChange};
 
 /// The mark of a key's row that a batch starting at `first` proves skipped: the row marks a
 /// record of an earlier sequence number than `first` (the lane was reported from it and went
-/// on without delivering it again), and no consumer of the whole shard checkpointed past it.
+/// on without delivering it again), and the batch starts after the checkpoint of any consumer
+/// of the whole shard. A mark at or below that checkpoint still proves it: the consumer did
+/// the records up to its checkpoint, but the lane's batch reported at the mark may hold records
+/// after it, which the mapping gave up on as well (as the shard mode reads from a checkpoint
+/// another writer moved past its reported record); the range is then read from the checkpoint
+/// ([`after_shard_checkpoint`]).
 pub(crate) fn lane_mark<'a>(
     state: &'a LeaseState,
     shard_checkpoint: Option<&Position>,
     first: &Position,
 ) -> Option<&'a Position> {
     let mark = state.reported.as_ref()?;
-    if shard_checkpoint.is_some_and(|done| mark <= done) {
+    if shard_checkpoint.is_some_and(|done| first <= done) {
         return None;
     }
     match (mark, first) {
@@ -70,6 +75,28 @@ pub(crate) fn lane_range(marks: &[Position], first: &SequenceNumber) -> Option<S
         from: ReadFrom::At(sequence.clone()),
         before: first.clone(),
     })
+}
+
+/// `range`, started after the checkpoint of a consumer of the whole shard when that lies
+/// within it: the records up to there are done, whatever their key.
+pub(crate) fn after_shard_checkpoint(
+    range: SkippedRange,
+    shard_checkpoint: Option<&Position>,
+) -> SkippedRange {
+    let from = match shard_checkpoint {
+        Some(Position::Record {
+            sequence,
+            sub_sequence: None,
+        }) => ReadFrom::After(sequence.clone()),
+        // Inside an aggregate: read it again, dedupe drops the sub-records done.
+        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
+        Some(Position::ShardEnd) | None => return range,
+    };
+    if earlier(&range.from, &from).is_lt() {
+        SkippedRange { from, ..range }
+    } else {
+        range
+    }
 }
 
 /// The row of the lane whose keys carry `mark`, on the shard of `shard`: its `reported` is the
@@ -202,9 +229,21 @@ mod tests {
         assert_eq!(lane_mark(&row, None, &at(10)), None, "an older batch");
         assert_eq!(
             lane_mark(&row, Some(&at(25)), &at(30)),
-            None,
-            "a shard consumer did it"
+            Some(&at(20)),
+            "a shard consumer did the records up to 25, not the lane's batch after them"
         );
+        assert_eq!(
+            lane_mark(&row, Some(&at(30)), &at(30)),
+            None,
+            "a shard consumer did the whole batch"
+        );
+        let range = lane_range(&[at(20)], &"30".parse().unwrap()).expect("a range");
+        assert_eq!(
+            after_shard_checkpoint(range.clone(), Some(&at(25))).from,
+            ReadFrom::After("25".parse().unwrap()),
+            "read after what the shard consumer did"
+        );
+        assert_eq!(after_shard_checkpoint(range.clone(), Some(&at(10))), range);
         assert_eq!(lane_mark(&LeaseState::default(), None, &at(30)), None);
         let inside = marked(Position::sub_record("20".parse().unwrap(), 3));
         let again = Position::sub_record("20".parse().unwrap(), 0);

@@ -323,13 +323,21 @@ pub(crate) fn contended_done(state: &LeaseState, after: Option<&Position>) -> Op
 }
 
 /// What to remember of a batch starting at `first` that runs nothing (held, unreadable gap):
-/// the lowest record not known done, so that a later batch starting after it is caught.
+/// the lowest record not known done, so that a later batch starting after it is caught. A
+/// checkpoint another writer moved past the row's marks ([`overtaken`]) already says that: no
+/// record after it is known done, and it is read from whatever batch comes next. So the marks
+/// stay as they are then; marking this batch's first record instead would put the lowest record
+/// not known done after the records between the checkpoint and the batch, and a redelivery of
+/// the batch would find no gap before it.
 pub(crate) fn nothing_ran(
     state: &LeaseState,
     checkpoint: Option<&Position>,
     first: Option<&Position>,
 ) -> ReportedChange {
     let first = first.filter(|first| checkpoint.is_none_or(|checkpoint| *first > checkpoint));
+    if first.is_some() && overtaken(state, checkpoint).is_some() {
+        return ReportedChange::Keep;
+    }
     match (outstanding(state, checkpoint), first) {
         (Some(reported), Some(first)) if reported <= first => ReportedChange::Keep,
         (_, Some(first)) => ReportedChange::Set(first.clone()),
@@ -513,5 +521,25 @@ mod tests {
             ReportedChange::Clear
         );
         assert_eq!(after_run(&state, Some(&at(12)), None), ReportedChange::Keep);
+    }
+
+    #[test]
+    fn a_held_batch_after_a_checkpoint_another_writer_moved_past_the_report_keeps_the_proof() {
+        // A seed consumer checkpointed 25, past the reported 20: everything after 25 is
+        // unknown, and a batch at 30 proves it. Held, the batch must not mark 30 instead.
+        let state = row(Some(at(20)));
+        assert_eq!(
+            nothing_ran(&state, Some(&at(25)), Some(&at(30))),
+            ReportedChange::Keep
+        );
+        assert!(
+            detect(&state, Some(&at(25)), &at(30)).is_some(),
+            "still proven"
+        );
+        assert_eq!(
+            nothing_ran(&state, Some(&at(25)), Some(&at(22))),
+            ReportedChange::Keep,
+            "a duplicate says nothing"
+        );
     }
 }

@@ -465,3 +465,25 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// estimate.
     fn requests(&self) -> Option<u64>;
 }
+
+/// [`CheckpointStore::commit`], written again once after a failure (a throttle refuses one
+/// request). The last write of an invocation also releases the lease: one that fails leaves
+/// the lease taken for its whole TTL, and every delivery of the shard meanwhile (a held child's
+/// too, running a closed parent's tail in parts) is turned away and moves nothing. A first write
+/// that landed with its answer lost makes the second one refused (`Ok(false)`), as a fenced one
+/// is: nothing is written twice, and the caller treats it as a write that did not land, which
+/// it already had to for the error.
+pub(crate) async fn commit_again_once(
+    store: &dyn CheckpointStore,
+    key: &LeaseKey,
+    owner: &str,
+    commit: &Commit,
+) -> Result<bool, LeaseError> {
+    match store.commit(key, owner, commit).await {
+        Err(error) => {
+            tracing::warn!(%error, stream = key.stream(), shard = key.shard(), "could not write the lease row; writing it again");
+            store.commit(key, owner, commit).await
+        }
+        answer => answer,
+    }
+}

@@ -47,6 +47,7 @@ mod row;
 mod seed;
 
 pub use crate::key::{LeaseKey, row_key};
+pub(crate) use checkpoints::commit_again_once;
 pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
 #[cfg(feature = "dynamodb")]
 pub use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};

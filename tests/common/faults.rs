@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
@@ -27,6 +27,10 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             steal_on_renew: AtomicBool::new(false),
             steal_before_checkpoint: AtomicBool::new(false),
             lose_commit_answer: AtomicBool::new(false),
+            throttle_next_commit: AtomicBool::new(false),
+            lane_reads_fail: AtomicUsize::new(0),
+            reads_fail: AtomicUsize::new(0),
+            marks_fail: AtomicUsize::new(0),
             transact_fails: AtomicBool::new(false),
             lose_transact_answer: AtomicBool::new(false),
             resend_transact_after_lost_answer: AtomicBool::new(false),
@@ -47,6 +51,16 @@ pub struct Faults<S> {
     pub steal_before_checkpoint: AtomicBool,
     /// The next commit lands, but its answer is lost: the caller sees an error.
     pub lose_commit_answer: AtomicBool,
+    /// The next commit is refused as a throttled store's would be, before reaching it: nothing
+    /// is written and the lease stays taken.
+    pub throttle_next_commit: AtomicBool,
+    /// The next this many readings of rows that include a lane's row (`…#lane:…`, the
+    /// partition-key mode's) are refused as a throttled store's would be.
+    pub lane_reads_fail: AtomicUsize,
+    /// The next this many readings of one row are refused as a throttled store's would be.
+    pub reads_fail: AtomicUsize,
+    /// The next this many `contended` marks are refused as a throttled store's would be.
+    pub marks_fail: AtomicUsize,
     /// Transactions are refused as a throttled store's would be, before reaching it.
     pub transact_fails: AtomicBool,
     /// The next transaction lands, but its answer is lost: the caller sees an error.
@@ -91,6 +105,17 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
                 return throttled();
             }
             Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
+            Operation::ReadRows
+                if call.keys().iter().any(|key| key.shard().contains("#lane:"))
+                    && take(&self.lane_reads_fail) =>
+            {
+                return throttled();
+            }
+            Operation::Read if take(&self.reads_fail) => return throttled(),
+            Operation::MarkContended if take(&self.marks_fail) => return throttled(),
+            Operation::Commit if self.throttle_next_commit.swap(false, Ordering::SeqCst) => {
+                return throttled();
+            }
             Operation::Commit => {
                 lose = self.lose_commit_answer.swap(false, Ordering::SeqCst);
                 self.steal_before_checkpoint.swap(false, Ordering::SeqCst)
@@ -120,6 +145,13 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             answer
         })
     }
+}
+
+/// Takes one from `count` when it is above zero: whether a fault is left to inject.
+fn take(count: &AtomicUsize) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 /// `call`, a transaction that landed with `answer`, sent again with its request token, as

@@ -37,6 +37,15 @@ impl Wire {
         self.fail.lock().unwrap().insert(at);
     }
 
+    /// Fails the `n`th `SendMessage` from now and every try of it the sink makes after it
+    /// ([`PART_TRIES`](kinesis_checkpoint::dead_letter::PART_TRIES) in all): the part is lost
+    /// for good, and its send fails.
+    pub fn lose_part(&self, n: usize) {
+        let at = self.count.load(Ordering::SeqCst) + n;
+        let tries = kinesis_checkpoint::dead_letter::PART_TRIES;
+        self.fail.lock().unwrap().extend(at..at + tries);
+    }
+
     /// Every message sent so far: body and (name, value) attributes.
     pub fn messages(&self) -> Vec<Sent> {
         self.sent

@@ -2,7 +2,7 @@
 //! keys' rows (the rules are [`gap::keys`](crate::gap::keys)), read once per batch, filtered to
 //! the keys of the lane, and run before the batch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::commits::write;
 use super::rows::KeyRow;
@@ -11,13 +11,13 @@ use crate::engine::invocation::Invocation;
 use crate::engine::recovery::{Keep, Skipped, Unreadable, read_skipped};
 use crate::engine::settings::Settings;
 use crate::gap::keys::{
-    aged_range, held_mark, kept_mark, lane_mark, lane_range, lane_row, lane_start, next_mark, wider,
+    after_shard_checkpoint, aged_range, lane_mark, lane_range, lane_row, lane_start, wider,
 };
 use crate::gap::{GapOutcome, GapReport, SkippedRange};
 use crate::key::{LeaseKey, row_key};
 use crate::report::StopReason;
 use crate::sequence::{Position, SequenceNumber};
-use crate::store::{KeyCommit, LeaseState, ReportedChange};
+use crate::store::{KeyCommit, LeaseError, LeaseState, ReportedChange};
 
 /// What the keys' rows proved skipped before a batch, and what was read of it.
 #[derive(Default)]
@@ -44,9 +44,8 @@ pub(super) struct Found {
 pub(super) struct Lane {
     /// The marks that proved the range, lowest first.
     pub(super) marks: Vec<Position>,
-    /// The lane's rows as read, one per mark; `None` when they could not be read (the range
-    /// is then read from the lowest mark, and no progress is written).
-    rows: Option<Vec<LeaseState>>,
+    /// The lane's rows as read, one per mark.
+    rows: Vec<LeaseState>,
 }
 
 /// Why nothing may run: the range could not be read.
@@ -81,36 +80,15 @@ pub(super) async fn recover<H>(
             None => return Ok(Found::default()),
         }
     } else {
-        let marked: Vec<(&str, &Position)> = keys
-            .iter()
-            .filter_map(|(partition_key, row)| {
-                lane_mark(&row.state, shard_checkpoint, &start)
-                    .map(|mark| (partition_key.as_str(), mark))
-            })
-            .collect();
-        tracing::warn!(
-            stream = key.stream(),
-            shard = key.shard(),
-            keys = ?marked,
-            first = %first.sequence(),
-            "a batch starts after the record its partition keys' lane was reported at: the event source mapping skipped records"
-        );
-        let found = read_lane(settings, key, detected.clone()).await;
-        let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
-        let range =
-            lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"));
-        // A key of the batch may have lost records for their age before its mark (a held
-        // batch's mark says nothing of what was dropped before it) or with no mark at all: read
-        // from its checkpoint too, when the batch is suspect. Not a key whose lane has read on
-        // in parts: everything of it before where the reading goes on is settled.
-        let unsettled = keys.values().filter(|row| {
-            lane_mark(&row.state, shard_checkpoint, &start)
-                .is_none_or(|mark| !found.progressed(mark, &start))
-        });
-        let range = wider(
-            range,
-            aged(settings, unsettled, first, shard_checkpoint, invocation),
-        );
+        let (range, found) = proven_range(
+            settings,
+            key,
+            keys,
+            (&detected, first),
+            shard_checkpoint,
+            invocation,
+        )
+        .await?;
         lane = Some(found);
         range
     };
@@ -168,18 +146,87 @@ pub(super) async fn recover<H>(
     })
 }
 
-/// Reads the rows of the lane of `marks` (see [`Lane`]). A failed reading is logged: the range
-/// is then read from the lowest mark (more than needed; what is done is skipped).
-async fn read_lane<H>(settings: &Settings<H>, shard: &LeaseKey, marks: Vec<Position>) -> Lane {
+/// The range a lane's `detected` marks prove skipped before a batch starting at `first`
+/// (`keys`: the batch's rows), with the lane's rows: from where each mark's reading goes on,
+/// widened for the batch's age, after a whole-shard consumer's checkpoint.
+async fn proven_range<H>(
+    settings: &Settings<H>,
+    key: &LeaseKey,
+    keys: &HashMap<String, KeyRow>,
+    (detected, first): (&[Position], &Entry),
+    shard_checkpoint: Option<&Position>,
+    invocation: &Invocation,
+) -> Result<(SkippedRange, Lane), Unread> {
+    let start = first.position();
+    let marked: Vec<(&str, &Position)> = keys
+        .iter()
+        .filter_map(|(partition_key, row)| {
+            lane_mark(&row.state, shard_checkpoint, &start)
+                .map(|mark| (partition_key.as_str(), mark))
+        })
+        .collect();
+    tracing::warn!(
+        stream = key.stream(),
+        shard = key.shard(),
+        keys = ?marked,
+        first = %first.sequence(),
+        "a batch starts after the record its partition keys' lane was reported at: the event source mapping skipped records"
+    );
+    let found = read_lane(settings, key, detected.to_vec())
+        .await
+        .map_err(|error| lane_unread(detected, first.sequence(), &error))?;
+    let starts: Vec<Position> = found.starts(&start).into_iter().cloned().collect();
+    let range =
+        lane_range(&starts, first.sequence()).unwrap_or_else(|| unreachable!("marks found"));
+    // A key of the batch may have lost records for their age before its mark (a held
+    // batch's mark says nothing of what was dropped before it) or with no mark at all: read
+    // from its checkpoint too, when the batch is suspect. Not a key whose lane has read on
+    // in parts: everything of it before where the reading goes on is settled.
+    let unsettled = keys.values().filter(|row| {
+        lane_mark(&row.state, shard_checkpoint, &start)
+            .is_none_or(|mark| !found.progressed(mark, &start))
+    });
+    let range = after_shard_checkpoint(
+        wider(
+            range,
+            aged(settings, unsettled, first, shard_checkpoint, invocation),
+        ),
+        shard_checkpoint,
+    );
+    Ok((range, found))
+}
+
+/// Why nothing may run when the rows of the lane of `marks` could not be read, before a batch
+/// starting at `first`: the range they prove, unread.
+fn lane_unread(marks: &[Position], first: &SequenceNumber, error: &LeaseError) -> Unread {
+    let range = lane_range(marks, first).unwrap_or_else(|| unreachable!("marks found"));
+    let reason = StopReason::GapUnread(format!(
+        "reading where the lane's reading of {range} goes on failed: {error}"
+    ));
+    Box::new((
+        GapReport::new(range, GapOutcome::Unread(error.to_string())),
+        reason,
+    ))
+}
+
+/// Reads the rows of the lane of `marks` (see [`Lane`]), again once after a failure (a
+/// throttle refuses one request). A reading that fails twice is the batch's failure: where the
+/// lane's reading goes on may lie below its marks (a range widened for a batch's age), so
+/// reading from the marks instead would pass records of the lane's keys that are not done.
+async fn read_lane<H>(
+    settings: &Settings<H>,
+    shard: &LeaseKey,
+    marks: Vec<Position>,
+) -> Result<Lane, LeaseError> {
     let rows: Vec<LeaseKey> = marks.iter().map(|mark| lane_row(shard, mark)).collect();
     let rows = match settings.store.read_rows(&rows).await {
-        Ok(rows) => Some(rows),
+        Ok(rows) => rows,
         Err(error) => {
-            tracing::warn!(%error, "could not read the lane's rows; reading its range from its marks");
-            None
+            tracing::warn!(%error, "could not read the lane's rows; reading them again");
+            settings.store.read_rows(&rows).await?
         }
     };
-    Lane { marks, rows }
+    Ok(Lane { marks, rows })
 }
 
 impl Lane {
@@ -187,10 +234,7 @@ impl Lane {
     /// `first`: from the mark, or from below it when the range was widened for the batch's age
     /// (the lane's keys' records before where it goes on are then done too).
     fn progressed(&self, mark: &Position, first: &Position) -> bool {
-        let Some(rows) = &self.rows else {
-            return false;
-        };
-        self.marks.iter().zip(rows).any(|(own, row)| {
+        self.marks.iter().zip(&self.rows).any(|(own, row)| {
             own == mark
                 && row
                     .reported
@@ -205,11 +249,7 @@ impl Lane {
             .iter()
             .enumerate()
             .map(|(index, mark)| {
-                let progress = self
-                    .rows
-                    .as_ref()
-                    .and_then(|rows| rows.get(index))
-                    .and_then(|row| row.reported.as_ref());
+                let progress = self.rows.get(index).and_then(|row| row.reported.as_ref());
                 lane_start(mark, progress, first)
             })
             .collect()
@@ -229,8 +269,13 @@ pub(super) async fn settle_aged<H>(
     progress: &Position,
     now: u64,
 ) {
-    let lane = read_lane(settings, shard, vec![mark.clone()]).await;
-    advance_lane(settings, shard, &lane, progress, now).await;
+    match read_lane(settings, shard, vec![mark.clone()]).await {
+        Ok(lane) => advance_lane(settings, shard, &lane, progress, now).await,
+        // As a failed write of it: it costs a part read again.
+        Err(error) => {
+            tracing::warn!(%error, %mark, "could not read the lane's row; where its reading goes on is not written");
+        }
+    }
 }
 
 /// Writes where the lane's range read in part goes on (`progress`: the first record of it not
@@ -244,14 +289,11 @@ pub(super) async fn advance_lane<H>(
     progress: &Position,
     now: u64,
 ) {
-    let Some(rows) = &lane.rows else {
-        return;
-    };
     let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
     let commits: Vec<(String, KeyCommit)> = lane
         .marks
         .iter()
-        .zip(rows)
+        .zip(&lane.rows)
         .filter(|(_, row)| row.reported.as_ref() != Some(progress))
         .map(|(mark, row)| {
             let mut commit = KeyCommit::new(lane_row(shard, mark), row.lease_counter);
@@ -389,179 +431,4 @@ async fn of_the_lane<H>(
             })
     });
     Ok(entries)
-}
-
-/// Each key's new mark once the batch ran (see [`next_mark`]): `reported` is the batch's
-/// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
-/// that is not done (or not read yet), while there is one: every key read here (the batch's,
-/// and those of the lane found in the range) is then marked there, so that whichever of them
-/// comes next reads on from it, even after the mapping gave up on this batch too. While the
-/// lane's range is read in parts (`in_parts`: the marks that proved it), each key keeps its
-/// mark instead (see [`kept_mark`]): the lane's rows say where the reading goes on.
-pub(super) fn marks(
-    keys: &HashMap<String, KeyRow>,
-    batch: &[Entry],
-    pending: Option<&Position>,
-    reported: Option<&Position>,
-    in_parts: Option<&[Position]>,
-) -> HashMap<String, ReportedChange> {
-    let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
-        batch
-            .iter()
-            .filter(|entry| entry.position() >= *reported)
-            .filter_map(Entry::routing_key)
-            .collect()
-    });
-    keys.iter()
-        .map(|(partition_key, row)| {
-            let comes_again = row.in_batch && again.contains(partition_key.as_str());
-            let old = row.state.reported.as_ref();
-            let keep = match in_parts {
-                Some(marks) => kept_mark(old, marks),
-                None => pending,
-            };
-            (
-                partition_key.clone(),
-                next_mark(old, keep, reported, comes_again),
-            )
-        })
-        .filter(|(_, change)| *change != ReportedChange::Keep)
-        .collect()
-}
-
-/// Marks each key of a held batch at its first record (see [`held_mark`]), so that a batch of
-/// the lane after the mapping gave up on this one finds what it skipped. One write, only when
-/// a mark changes; a failure is logged, and costs only that finding.
-pub(super) async fn mark_held<H>(
-    settings: &Settings<H>,
-    keys: &HashMap<String, KeyRow>,
-    first: &Position,
-    now: u64,
-) {
-    let commits = held_marks(settings, keys, first, now);
-    // A row written meanwhile is logged by `write`; nothing else depends on it.
-    let _refused = write(settings.store.as_ref(), &commits).await;
-}
-
-/// Marks each key read (the batch's, and those of the lane found in a skipped range) at the
-/// first of `entries` not done, before anything runs (see [`held_mark`]): only when
-/// the gate knows the mapping may give up on a batch (finite `MaximumRetryAttempts`, or a
-/// record age). An invocation that dies on every delivery (out of memory, killed at its
-/// time-out) never makes its last write; these marks are what the lane's next batch then
-/// finds. One write per 100 keys whose mark changes (none on a redelivery: the keys are marked
-/// there already). The rows written are updated in `keys` (their counter and mark), so that
-/// the batch's last write expects them; a row refused here (a concurrent delivery wrote it) is
-/// refused there too, and its records reported.
-pub(super) async fn mark_early<H>(
-    settings: &Settings<H>,
-    keys: &mut HashMap<String, KeyRow>,
-    entries: &[Entry],
-    shard_checkpoint: Option<&Position>,
-    now: u64,
-) {
-    if !settings
-        .gate
-        .as_deref()
-        .is_some_and(crate::gate::Gate::discards)
-    {
-        return;
-    }
-    // A batch done whole (a duplicate delivery) runs nothing, and writes nothing.
-    let done = |entry: &Entry| {
-        entry
-            .routing_key()
-            .and_then(|partition_key| keys.get(partition_key))
-            .is_some_and(|row| {
-                row.checkpoint
-                    .iter()
-                    .chain(shard_checkpoint)
-                    .any(|checkpoint| entry.position() <= *checkpoint)
-            })
-    };
-    let Some(first) = entries
-        .iter()
-        .find(|entry| !done(entry))
-        .map(Entry::position)
-    else {
-        return;
-    };
-    let commits = held_marks(settings, keys, &first, now);
-    if commits.is_empty() {
-        return;
-    }
-    let mut refused = write(settings.store.as_ref(), &commits).await;
-    if !refused.is_empty() {
-        refused = landed_meanwhile(settings, &commits, refused).await;
-    }
-    for (partition_key, commit) in &commits {
-        if refused.iter().any(|(key, _)| key == partition_key) {
-            continue;
-        }
-        if let Some(row) = keys.get_mut(partition_key) {
-            row.state.lease_counter = commit.expected_counter + 1;
-            if let ReportedChange::Set(mark) = &commit.reported {
-                row.state.reported = Some(mark.clone());
-            }
-            if commit.expires_at.is_some() {
-                row.state.expires_at = commit.expires_at;
-            }
-        }
-    }
-}
-
-/// Of the `refused` rows of `commits`, those another writer changed: a row that holds exactly
-/// this write (the mark, one counter more) is ours, written by a first try whose answer was
-/// lost (the second try is then refused). Read once; when that fails, all stay refused.
-async fn landed_meanwhile<H>(
-    settings: &Settings<H>,
-    commits: &[(String, KeyCommit)],
-    refused: Vec<(String, crate::report::StopReason)>,
-) -> Vec<(String, crate::report::StopReason)> {
-    let tried: Vec<&KeyCommit> = refused
-        .iter()
-        .filter_map(|(partition_key, _)| {
-            commits
-                .iter()
-                .find(|(key, _)| key == partition_key)
-                .map(|(_, commit)| commit)
-        })
-        .collect();
-    let rows: Vec<LeaseKey> = tried.iter().map(|commit| commit.row.clone()).collect();
-    let Ok(states) = settings.store.read_rows(&rows).await else {
-        return refused;
-    };
-    refused
-        .into_iter()
-        .zip(tried.into_iter().zip(states))
-        .filter(|(_, (commit, state))| {
-            let ours = state.lease_counter == commit.expected_counter + 1
-                && matches!(&commit.reported, ReportedChange::Set(mark) if state.reported.as_ref() == Some(mark));
-            !ours
-        })
-        .map(|(refused, _)| refused)
-        .collect()
-}
-
-/// The writes that mark each key of `keys` at `first` (see [`held_mark`]), in key order.
-fn held_marks<H>(
-    settings: &Settings<H>,
-    keys: &HashMap<String, KeyRow>,
-    first: &Position,
-    now: u64,
-) -> Vec<(String, KeyCommit)> {
-    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
-    let mut commits: Vec<(String, KeyCommit)> = keys
-        .iter()
-        .filter_map(|(partition_key, row)| {
-            let change = held_mark(row.state.reported.as_ref(), first);
-            (change != ReportedChange::Keep).then(|| {
-                let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
-                commit.reported = change;
-                commit.expires_at = Some(expires_at.max(row.state.expires_at.unwrap_or(0)));
-                (partition_key.clone(), commit)
-            })
-        })
-        .collect();
-    commits.sort_by(|a, b| a.0.cmp(&b.0));
-    commits
 }

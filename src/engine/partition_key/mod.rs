@@ -100,6 +100,7 @@ mod commits;
 mod finish;
 mod gaps;
 mod last_write;
+mod marks;
 mod rows;
 mod tail;
 #[cfg(feature = "dynamodb")]
@@ -133,7 +134,7 @@ pub(crate) async fn run_shard<H: Handler>(
         // Marked at the batch's first record: a batch of the lane after the mapping gave up
         // on this one finds what it skipped.
         if let (Ok((keys, _)), Some(first)) = (&read, entries.first()) {
-            gaps::mark_held(settings, keys, &first.position(), invocation.now()).await;
+            marks::mark_held(settings, keys, &first.position(), invocation.now()).await;
         }
         return stop_all(report, &entries, StopReason::Held(held));
     }
@@ -194,6 +195,12 @@ pub(crate) async fn run_shard<H: Handler>(
         Ok(found) => found,
         Err(unread) => {
             let (gap, reason) = *unread;
+            // Nothing runs and the batch is reported at its first record, as a held batch is:
+            // its keys are marked there, so that the lane's next batch finds what it skipped
+            // if the mapping gives up on this one (with no retries it delivers it only once).
+            if let Some(first) = entries.first() {
+                marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
+            }
             let mut report = stop_all(report, &entries, reason);
             report.gap = Some(gap);
             return report;
@@ -204,7 +211,7 @@ pub(crate) async fn run_shard<H: Handler>(
     let entries = all;
     // When the mapping may give up on the batch, its keys are marked before anything runs: an
     // invocation that dies on every delivery leaves those marks for the lane's next batch.
-    gaps::mark_early(
+    marks::mark_early(
         settings,
         &mut keys,
         &entries,
@@ -270,7 +277,7 @@ pub(crate) async fn run_shard<H: Handler>(
         } else {
             entries.get(recovered).map(Entry::position)
         };
-        gaps::marks(
+        marks::marks(
             &keys,
             &entries[recovered..],
             pending.as_ref(),

@@ -30,7 +30,7 @@ use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, Held, ShardReport};
 use crate::sequence::{Position, SequenceNumber};
-use crate::store::{BoxFuture, Claim, Commit, LeaseState};
+use crate::store::{BoxFuture, Claim, Commit, LeaseState, commit_again_once};
 
 /// How many generations of closed parents one invocation runs the tails of, above the delivered
 /// shard: a chain of resharding whose every tail the mapping gave up on.
@@ -120,7 +120,7 @@ async fn record_done_through<H: Handler>(
         checkpoint: Some(done).filter(|done| checkpoint.as_ref().is_none_or(|c| done > c)),
         ..Commit::default()
     };
-    if let Err(error) = settings.store.commit(parent, owner, &commit).await {
+    if let Err(error) = commit_again_once(settings.store.as_ref(), parent, owner, &commit).await {
         tracing::warn!(%error, parent = parent.shard(), "could not record how far the closed parent is done; its lease lapses by itself");
     }
 }
@@ -185,7 +185,7 @@ async fn run_tail<H: Handler>(
         }),
         ..Commit::default()
     };
-    let released = match settings.store.commit(parent, owner, &commit).await {
+    let released = match commit_again_once(settings.store.as_ref(), parent, owner, &commit).await {
         Ok(written) => written,
         Err(error) => {
             tracing::warn!(%error, parent = parent.shard(), "could not release the closed parent's lease; it lapses by itself");

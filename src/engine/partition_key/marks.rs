@@ -1,0 +1,191 @@
+//! The marks a partition-key batch writes in its keys' rows: where each key's lane was last
+//! reported (the rules are [`gap::keys`](crate::gap::keys)). Written in the batch's last write
+//! ([`marks`]), before anything runs when the mapping may give up on the batch
+//! ([`mark_early`]), and by a batch that runs nothing ([`mark_held`]); what a later batch of the
+//! lane reads them for is in `gaps`.
+
+use std::collections::{HashMap, HashSet};
+
+use super::commits::write;
+use super::rows::KeyRow;
+use crate::engine::batch::Entry;
+use crate::engine::settings::Settings;
+use crate::gap::keys::{held_mark, kept_mark, next_mark};
+use crate::key::LeaseKey;
+use crate::sequence::Position;
+use crate::store::{KeyCommit, ReportedChange};
+
+/// Each key's new mark once the batch ran (see [`next_mark`]): `reported` is the batch's
+/// record reported to Lambda, if any. `pending` is the first record of what the lane skipped
+/// that is not done (or not read yet), while there is one: every key read here (the batch's,
+/// and those of the lane found in the range) is then marked there, so that whichever of them
+/// comes next reads on from it, even after the mapping gave up on this batch too. While the
+/// lane's range is read in parts (`in_parts`: the marks that proved it), each key keeps its
+/// mark instead (see [`kept_mark`]): the lane's rows say where the reading goes on.
+pub(super) fn marks(
+    keys: &HashMap<String, KeyRow>,
+    batch: &[Entry],
+    pending: Option<&Position>,
+    reported: Option<&Position>,
+    in_parts: Option<&[Position]>,
+) -> HashMap<String, ReportedChange> {
+    let again: HashSet<&str> = reported.map_or_else(HashSet::new, |reported| {
+        batch
+            .iter()
+            .filter(|entry| entry.position() >= *reported)
+            .filter_map(Entry::routing_key)
+            .collect()
+    });
+    keys.iter()
+        .map(|(partition_key, row)| {
+            let comes_again = row.in_batch && again.contains(partition_key.as_str());
+            let old = row.state.reported.as_ref();
+            let keep = match in_parts {
+                Some(marks) => kept_mark(old, marks),
+                None => pending,
+            };
+            (
+                partition_key.clone(),
+                next_mark(old, keep, reported, comes_again),
+            )
+        })
+        .filter(|(_, change)| *change != ReportedChange::Keep)
+        .collect()
+}
+
+/// Marks each key of a held batch at its first record (see [`held_mark`]), so that a batch of
+/// the lane after the mapping gave up on this one finds what it skipped. One write, only when
+/// a mark changes; a failure is logged, and costs only that finding.
+pub(super) async fn mark_held<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    first: &Position,
+    now: u64,
+) {
+    let commits = held_marks(settings, keys, first, now);
+    // A row written meanwhile is logged by `write`; nothing else depends on it.
+    let _refused = write(settings.store.as_ref(), &commits).await;
+}
+
+/// Marks each key read (the batch's, and those of the lane found in a skipped range) at the
+/// first of `entries` not done, before anything runs (see [`held_mark`]): only when
+/// the gate knows the mapping may give up on a batch (finite `MaximumRetryAttempts`, or a
+/// record age). An invocation that dies on every delivery (out of memory, killed at its
+/// time-out) never makes its last write; these marks are what the lane's next batch then
+/// finds. One write per 100 keys whose mark changes (none on a redelivery: the keys are marked
+/// there already). The rows written are updated in `keys` (their counter and mark), so that
+/// the batch's last write expects them; a row refused here (a concurrent delivery wrote it) is
+/// refused there too, and its records reported.
+pub(super) async fn mark_early<H>(
+    settings: &Settings<H>,
+    keys: &mut HashMap<String, KeyRow>,
+    entries: &[Entry],
+    shard_checkpoint: Option<&Position>,
+    now: u64,
+) {
+    if !settings
+        .gate
+        .as_deref()
+        .is_some_and(crate::gate::Gate::discards)
+    {
+        return;
+    }
+    // A batch done whole (a duplicate delivery) runs nothing, and writes nothing.
+    let done = |entry: &Entry| {
+        entry
+            .routing_key()
+            .and_then(|partition_key| keys.get(partition_key))
+            .is_some_and(|row| {
+                row.checkpoint
+                    .iter()
+                    .chain(shard_checkpoint)
+                    .any(|checkpoint| entry.position() <= *checkpoint)
+            })
+    };
+    let Some(first) = entries
+        .iter()
+        .find(|entry| !done(entry))
+        .map(Entry::position)
+    else {
+        return;
+    };
+    let commits = held_marks(settings, keys, &first, now);
+    if commits.is_empty() {
+        return;
+    }
+    let mut refused = write(settings.store.as_ref(), &commits).await;
+    if !refused.is_empty() {
+        refused = landed_meanwhile(settings, &commits, refused).await;
+    }
+    for (partition_key, commit) in &commits {
+        if refused.iter().any(|(key, _)| key == partition_key) {
+            continue;
+        }
+        if let Some(row) = keys.get_mut(partition_key) {
+            row.state.lease_counter = commit.expected_counter + 1;
+            if let ReportedChange::Set(mark) = &commit.reported {
+                row.state.reported = Some(mark.clone());
+            }
+            if commit.expires_at.is_some() {
+                row.state.expires_at = commit.expires_at;
+            }
+        }
+    }
+}
+
+/// Of the `refused` rows of `commits`, those another writer changed: a row that holds exactly
+/// this write (the mark, one counter more) is ours, written by a first try whose answer was
+/// lost (the second try is then refused). Read once; when that fails, all stay refused.
+async fn landed_meanwhile<H>(
+    settings: &Settings<H>,
+    commits: &[(String, KeyCommit)],
+    refused: Vec<(String, crate::report::StopReason)>,
+) -> Vec<(String, crate::report::StopReason)> {
+    let tried: Vec<&KeyCommit> = refused
+        .iter()
+        .filter_map(|(partition_key, _)| {
+            commits
+                .iter()
+                .find(|(key, _)| key == partition_key)
+                .map(|(_, commit)| commit)
+        })
+        .collect();
+    let rows: Vec<LeaseKey> = tried.iter().map(|commit| commit.row.clone()).collect();
+    let Ok(states) = settings.store.read_rows(&rows).await else {
+        return refused;
+    };
+    refused
+        .into_iter()
+        .zip(tried.into_iter().zip(states))
+        .filter(|(_, (commit, state))| {
+            let ours = state.lease_counter == commit.expected_counter + 1
+                && matches!(&commit.reported, ReportedChange::Set(mark) if state.reported.as_ref() == Some(mark));
+            !ours
+        })
+        .map(|(refused, _)| refused)
+        .collect()
+}
+
+/// The writes that mark each key of `keys` at `first` (see [`held_mark`]), in key order.
+fn held_marks<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    first: &Position,
+    now: u64,
+) -> Vec<(String, KeyCommit)> {
+    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
+    let mut commits: Vec<(String, KeyCommit)> = keys
+        .iter()
+        .filter_map(|(partition_key, row)| {
+            let change = held_mark(row.state.reported.as_ref(), first);
+            (change != ReportedChange::Keep).then(|| {
+                let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+                commit.reported = change;
+                commit.expires_at = Some(expires_at.max(row.state.expires_at.unwrap_or(0)));
+                (partition_key.clone(), commit)
+            })
+        })
+        .collect();
+    commits.sort_by(|a, b| a.0.cmp(&b.0));
+    commits
+}
