@@ -393,6 +393,35 @@ pub enum ReadFrom {
     TrimHorizon,
 }
 
+impl ReadFrom {
+    /// Where reading resumes after `checkpoint`: after a record done whole, or at the aggregate
+    /// a position inside it names (its remaining sub-records are read again, and dedupe drops
+    /// the ones done); `None` after `SHARD_END`, where nothing follows.
+    ///
+    /// ```
+    /// use kinesis_checkpoint::Position;
+    /// use kinesis_checkpoint::gap::ReadFrom;
+    ///
+    /// let done = Position::record("100".parse()?);
+    /// assert_eq!(ReadFrom::resuming(&done), Some(ReadFrom::After("100".parse()?)));
+    /// let inside = Position::sub_record("100".parse()?, 3);
+    /// assert_eq!(ReadFrom::resuming(&inside), Some(ReadFrom::At("100".parse()?)));
+    /// assert_eq!(ReadFrom::resuming(&Position::ShardEnd), None);
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub fn resuming(checkpoint: &Position) -> Option<Self> {
+        match checkpoint {
+            Position::Record {
+                sequence,
+                sub_sequence: None,
+            } => Some(Self::After(sequence.clone())),
+            Position::Record { sequence, .. } => Some(Self::At(sequence.clone())),
+            Position::ShardEnd => None,
+        }
+    }
+}
+
 /// A range of one shard's records the event source mapping skipped: from [`from`](Self::from)
 /// up to, not including, the record [`before`](Self::before) (the batch's first).
 ///

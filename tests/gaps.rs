@@ -1378,6 +1378,85 @@ async fn a_batch_turned_away_after_a_seed_consumer_did_part_of_it_is_remembered_
     );
 }
 
+/// Batches turned away by a seed consumer's live lease, which checkpointed past the first of
+/// them meanwhile: the `contended` mark at or below its checkpoint proves the gap (the next
+/// batch after the checkpoint is read from it), and the next batch turned away wrote its own
+/// first record over it, so its redelivery found no gap and records 3 and 4 were passed (seed
+/// 44647 of the invariant scenarios). Now a batch turned away keeps such a mark.
+#[tokio::test]
+async fn a_batch_turned_away_after_a_seed_consumer_passed_the_contended_mark_keeps_the_proof() {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    orders(&stream, 0..7);
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let key = LeaseKey::new("orders", SHARD);
+    let records = stream.records(SHARD);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    // A seed consumer takes the shard; the mapping's batch of 2 to 4 is turned away.
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    let away = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..5),
+            &context("away", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(away.shards[0].stopped.is_some());
+    // The seed consumer runs record 2 and checkpoints it, past the mark; the mapping gives up
+    // on 2 to 4, and its batch of 5 and 6 is turned away too.
+    seen.0.lock().unwrap().push(2);
+    assert!(
+        store
+            .checkpoint(&key, "seed", &records[2].sequence)
+            .await
+            .unwrap()
+    );
+    let again = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 5..7),
+            &context("again", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(again.shards[0].stopped.is_some());
+    let row = CheckpointStore::read(store.as_ref(), &key).await.unwrap();
+    assert_eq!(
+        row.contended.map(|p| p.to_string()),
+        Some(records[2].sequence.clone()),
+        "the passed mark stays, and still proves the gap"
+    );
+    store.release(&key, "seed").await.unwrap();
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 5..7),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(next.shards[0].gap.is_some(), "{next:?}");
+    assert_eq!(
+        seen.all(),
+        (0..7).collect::<Vec<_>>(),
+        "once each, in order"
+    );
+}
+
 /// Under a `TRIM_HORIZON` mapping with a record age, a shard's first delivery may come after
 /// the mapping dropped its oldest records for their age: the record the row marks (here the
 /// batch whose claim was refused, `contended`) is then not where the shard starts. A gap the
@@ -2571,7 +2650,7 @@ fn aged_parts_setup(
     fail: &[u64],
 ) -> (
     kinesis_checkpoint::local::MemoryStream,
-    Arc<MemoryLeaseStore>,
+    Arc<common::faults::Faulty<MemoryLeaseStore>>,
     Seen,
     Processor<impl Handler + use<>, kinesis_checkpoint::PartitionKeyMode>,
 ) {
@@ -2581,7 +2660,10 @@ fn aged_parts_setup(
     for (n, key) in keys.iter().enumerate() {
         stream.put(key, serde_json::json!({ "n": n }).to_string());
     }
-    let store = Arc::new(MemoryLeaseStore::with_clock(clock.clone()));
+    // Every fault off until a test switches one on: the memory store as it is.
+    let store = Arc::new(common::faults::faulty(Arc::new(
+        MemoryLeaseStore::with_clock(clock.clone()),
+    )));
     let seen = Seen::default();
     let gate = Gate::new(
         Arc::new(Capped {
@@ -2777,31 +2859,7 @@ async fn in_the_partition_key_mode_a_batch_that_cannot_read_its_lanes_gap_marks_
 #[tokio::test(start_paused = true)]
 async fn in_the_partition_key_mode_a_lane_whose_row_cannot_be_read_does_not_read_its_range_from_its_mark()
  {
-    let (stream, faults, seen, processor) = {
-        use kinesis_checkpoint::clock::{Clock, TokioClock};
-        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
-        let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1).clock(clock.clone());
-        for (n, key) in ["a", "a", "b", "a", "a"].iter().enumerate() {
-            stream.put(key, serde_json::json!({ "n": n }).to_string());
-        }
-        let store = Arc::new(common::faults::faulty(Arc::new(
-            MemoryLeaseStore::with_clock(clock.clone()),
-        )));
-        let seen = Seen::default();
-        let gate = Gate::new(
-            Arc::new(Capped {
-                stream: stream.clone(),
-                cap: 2,
-            }),
-            StartingPosition::TrimHorizon,
-        )
-        .clock(clock.clone())
-        .maximum_record_age(AGE_LIMIT);
-        let processor = Processor::by_partition_key(store.clone(), seen.handler(&[3]))
-            .clock(clock)
-            .gate(gate);
-        (stream, store, seen, processor)
-    };
+    let (stream, faults, seen, processor) = aged_parts_setup(&["a", "a", "b", "a", "a"], &[3]);
     // a0 and a1 were dropped for their age before any delivery; a3 fails (a is marked there),
     // and the mapping gives up on it.
     let report = processor
@@ -2866,7 +2924,11 @@ async fn in_the_partition_key_mode_a_range_read_in_parts_for_the_batchs_age_does
     let records = stream.records(SHARD);
     let lane = LeaseKey::new("orders", format!("{SHARD}#lane:{}", records[1].sequence));
     assert!(
-        store.read(&lane).await.unwrap().reported.is_some(),
+        CheckpointStore::read(store.as_ref(), &lane)
+            .await
+            .unwrap()
+            .reported
+            .is_some(),
         "a's lane's row"
     );
     // b's lane lost b0, b2, b3 and b4 for their age; its batch b6, as old, reads from the

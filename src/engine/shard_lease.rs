@@ -94,7 +94,10 @@ async fn turned_away(
         done.as_ref().is_none_or(|done| *contended > done)
             && first.as_ref().is_some_and(|first| *contended <= first)
     });
-    let Some(first) = first.filter(|_| older.is_none()) else {
+    // A checkpoint another writer moved past the row's marks proves the gap already; a mark of
+    // this batch would hide it (see `gap::proven_after_checkpoint`).
+    let proven = crate::gap::proven_after_checkpoint(state, done.as_ref());
+    let Some(first) = first.filter(|_| older.is_none() && !proven) else {
         return;
     };
     // Written again once after a failure, as the claim's mark it stands in for would be.

@@ -83,14 +83,8 @@ pub(crate) fn after_shard_checkpoint(
     range: SkippedRange,
     shard_checkpoint: Option<&Position>,
 ) -> SkippedRange {
-    let from = match shard_checkpoint {
-        Some(Position::Record {
-            sequence,
-            sub_sequence: None,
-        }) => ReadFrom::After(sequence.clone()),
-        // Inside an aggregate: read it again, dedupe drops the sub-records done.
-        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
-        Some(Position::ShardEnd) | None => return range,
+    let Some(from) = shard_checkpoint.and_then(ReadFrom::resuming) else {
+        return range;
     };
     if earlier(&range.from, &from).is_lt() {
         SkippedRange { from, ..range }

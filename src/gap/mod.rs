@@ -200,14 +200,7 @@ pub(crate) fn detect(
         return None;
     }
     let from = match checkpoint {
-        Some(Position::Record {
-            sequence,
-            sub_sequence: None,
-        }) => ReadFrom::After(sequence.clone()),
-        // Inside an aggregate: its remaining sub-records are read again, and dedupe drops the
-        // ones done.
-        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
-        Some(Position::ShardEnd) => return None,
+        Some(checkpoint) => ReadFrom::resuming(checkpoint)?,
         // Never checkpointed: the mapping started at the reported record (its first delivery),
         // so nothing before it was skipped; reading from the horizon would run records that a
         // mapping starting at `LATEST` never meant to deliver.
@@ -249,15 +242,11 @@ pub(crate) fn suspected(
         return None;
     };
     let from = match checkpoint {
-        Some(Position::Record {
-            sequence,
-            sub_sequence: None,
-        }) => ReadFrom::After(sequence.clone()),
-        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence.clone()),
+        // A finished shard has nothing after it.
+        Some(checkpoint) => ReadFrom::resuming(checkpoint)?,
         None if from_start => ReadFrom::TrimHorizon,
-        // A finished shard; or a `LATEST` mapping never checkpointed: nothing says where it
-        // started.
-        Some(Position::ShardEnd) | None => return None,
+        // A `LATEST` mapping never checkpointed: nothing says where it started.
+        None => return None,
     };
     Some(SkippedRange {
         from,
@@ -304,6 +293,15 @@ fn overtaken<'a>(state: &LeaseState, checkpoint: Option<&'a Position>) -> Option
     (reported || contended).then_some(checkpoint)
 }
 
+/// Whether the row's checkpoint was moved past its marks by another writer ([`overtaken`]): no
+/// record after it is known done, and the next batch after it is read from it. A batch that
+/// runs nothing must then leave the marks as they are: a mark of its own first record would
+/// put the lowest record not known done after the records between the checkpoint and the
+/// batch, and its redelivery would find no gap before it.
+pub(crate) fn proven_after_checkpoint(state: &LeaseState, checkpoint: Option<&Position>) -> bool {
+    overtaken(state, checkpoint).is_some()
+}
+
 /// Whether the row's `contended` mark is not known done: above the checkpoint, or at or below
 /// it but passed by another writer (not [`contended_done`](LeaseState::contended_done)). A
 /// closed parent's row showing one proves trouble to the gate.
@@ -335,7 +333,7 @@ pub(crate) fn nothing_ran(
     first: Option<&Position>,
 ) -> ReportedChange {
     let first = first.filter(|first| checkpoint.is_none_or(|checkpoint| *first > checkpoint));
-    if first.is_some() && overtaken(state, checkpoint).is_some() {
+    if first.is_some() && proven_after_checkpoint(state, checkpoint) {
         return ReportedChange::Keep;
     }
     match (outstanding(state, checkpoint), first) {

@@ -226,15 +226,9 @@ async fn parent_keys_finished(
         let beyond = tails
             .zip(youngest)
             .is_some_and(|(tails, youngest)| now.saturating_sub(youngest) > tails.bound);
-        let from = match shard_checkpoint {
+        let from = match &shard_checkpoint {
             None => Some(ReadFrom::TrimHorizon),
-            Some(Position::Record {
-                sequence,
-                sub_sequence: None,
-            }) => Some(ReadFrom::After(sequence)),
-            // Inside an aggregate: read it again, dedupe drops the sub-records done.
-            Some(Position::Record { sequence, .. }) => Some(ReadFrom::At(sequence)),
-            Some(Position::ShardEnd) => None,
+            Some(checkpoint) => ReadFrom::resuming(checkpoint),
         };
         let tail = from
             .filter(|_| beyond && !waiting.is_empty())

@@ -130,12 +130,7 @@ async fn troubled(
 /// mark (the mapping's first delivery). It ends at the shard's end.
 pub(super) fn tail_range(lineage: &Lineage, row: &LeaseState) -> Option<SkippedRange> {
     let from = match row.position().ok()? {
-        Some(Position::Record {
-            sequence,
-            sub_sequence: None,
-        }) => ReadFrom::After(sequence),
-        Some(Position::Record { sequence, .. }) => ReadFrom::At(sequence),
-        Some(Position::ShardEnd) => return None,
+        Some(checkpoint) => ReadFrom::resuming(&checkpoint)?,
         None if lineage.starting_position == StartingPosition::TrimHorizon => ReadFrom::TrimHorizon,
         None => match [row.reported.as_ref(), row.contended.as_ref()]
             .into_iter()
