@@ -2826,12 +2826,7 @@ async fn in_the_partition_key_mode_a_batch_that_cannot_read_its_lanes_gap_marks_
         "{unread:?}"
     );
     assert_eq!(seen.all(), Vec::<u64>::new());
-    let c = CheckpointStore::read(
-        store.as_ref(),
-        &LeaseKey::new("orders", format!("{SHARD}:c")),
-    )
-    .await
-    .unwrap();
+    let c = key_state(store.as_ref(), "c").await;
     assert_eq!(
         c.reported.map(|mark| mark.to_string()),
         Some(stream.records(SHARD)[1].sequence.clone()),
@@ -2848,6 +2843,81 @@ async fn in_the_partition_key_mode_a_batch_that_cannot_read_its_lanes_gap_marks_
         [2, 4],
         "c's, once each, in order; a's are a's lane's"
     );
+}
+
+/// The row of `partition_key` of the shard [`SHARD`] of the stream `orders`, as stored.
+async fn key_state(store: &MemoryLeaseStore, partition_key: &str) -> LeaseState {
+    CheckpointStore::read(
+        store,
+        &LeaseKey::new("orders", format!("{SHARD}:{partition_key}")),
+    )
+    .await
+    .unwrap()
+}
+
+/// A key in neither the lane's reported batch nor the batch that finds the gap: a0 is reported
+/// (a is marked there) and the mapping gives up on it and on b1, which it never delivered; the
+/// lane's next batch holds a2, whose mark proves the range and reads a0 and b1. b is neither
+/// the batch's key nor marked, so b1 is left to b's lane, which may be another one; but it is
+/// this one, and b's next batch (b3) carried no mark, so it ran without b1 (seeds 219882 and,
+/// in the other order, 143770 of the invariant scenarios). Now b is marked at b1 when the
+/// range is read, and b's next batch proves the range and runs b1 first.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_key_found_in_a_skipped_range_that_is_neither_the_batchs_nor_marked_is_marked_there()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    for (n, key) in ["a", "b", "a", "b"].iter().enumerate() {
+        stream.put(key, serde_json::json!({ "n": n }).to_string());
+    }
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let processor = Processor::by_partition_key(store.clone(), seen.handler(&[0])).gate(Gate::new(
+        Arc::new(stream.clone()),
+        StartingPosition::TrimHorizon,
+    ));
+    let first = processor
+        .process_batch(memory_pick(&stream, SHARD, &[0]), &context("1", 60_000))
+        .await
+        .unwrap();
+    assert!(
+        first.shards[0].stopped.is_some(),
+        "a0 is reported: {first:?}"
+    );
+    // The mapping gave up on a0 and on b1; the lane's next batch holds a2.
+    let found = processor
+        .process_batch(memory_pick(&stream, SHARD, &[2]), &context("2", 60_000))
+        .await
+        .unwrap();
+    assert!(found.shards[0].stopped.is_none(), "{found:?}");
+    assert!(
+        found.shards[0].gap.is_some(),
+        "a's mark proves the range: {found:?}"
+    );
+    assert_eq!(seen.all(), [0, 2], "a's, in order; b1 is left to b's lane");
+    let b = key_state(store.as_ref(), "b").await;
+    assert_eq!(
+        b.reported.map(|mark| mark.to_string()),
+        Some(stream.records(SHARD)[1].sequence.clone()),
+        "b is marked at b1, its first record not done"
+    );
+    assert_eq!(b.checkpoint, None, "and nothing of b is done");
+    // b's next batch: its mark proves the range from b1, which runs first.
+    let next = processor
+        .process_batch(memory_pick(&stream, SHARD, &[3]), &context("3", 60_000))
+        .await
+        .unwrap();
+    assert!(next.shards[0].stopped.is_none(), "{next:?}");
+    assert!(
+        next.shards[0].gap.is_some(),
+        "b's mark proves the range: {next:?}"
+    );
+    assert_eq!(
+        seen.all(),
+        [0, 2, 1, 3],
+        "every record once, in order per key"
+    );
+    let b = key_state(store.as_ref(), "b").await;
+    assert_eq!(b.reported, None, "b's lane is past its mark");
 }
 
 /// The same widened range, its lane's row unreadable when the lane's next batch comes (a

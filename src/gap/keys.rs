@@ -19,7 +19,11 @@
 //!   `MaximumRecordAgeInSeconds`, a bisected half discarded).
 //! - **Who lost them**: the keys of this batch (same lane) and the keys whose row carries the
 //!   same mark (they were in the batch that set it: same lane). Records of the range of any
-//!   other key belong to another lane, which may still be delivering them: never run here.
+//!   other key may belong to another lane, which may still be delivering them: never run here.
+//!   Such a key not done at a record of the range is marked there instead ([`held_mark`]): if
+//!   its lane is this one, which passed the record, the key's next batch starts after the mark
+//!   and proves the range; if it is another, that lane delivers the record at or after the
+//!   mark, which proves nothing, and its write removes the mark.
 //! - **Read in parts** (a range longer than one reading, 10,000 records in half the time
 //!   left): a key of the lane may have no record in the parts read so far, so its row is only
 //!   found in a later part, by its mark. So while the range is read in parts the lane's keys

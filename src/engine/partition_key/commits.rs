@@ -229,16 +229,7 @@ pub(super) async fn write(
     if commits.is_empty() {
         return Vec::new();
     }
-    let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
-    // Written again once after a failure (a throttle refuses one request; the marks in these
-    // rows are what finds a batch the mapping gives up on). A first write that landed with its
-    // answer lost makes the second one refused, as a row written meanwhile is.
-    let mut answer = store.commit_rows(&rows).await;
-    if let Err(error) = &answer {
-        tracing::warn!(%error, "could not write the partition keys' rows; writing them again");
-        answer = store.commit_rows(&rows).await;
-    }
-    match answer {
+    match commit_again_once(store, commits).await {
         Ok(written) => commits
             .iter()
             .zip(written)
@@ -262,6 +253,44 @@ pub(super) async fn write(
                     )
                 })
                 .collect()
+        }
+    }
+}
+
+/// Writes the keys' rows, again once after a failure (a throttle refuses one request; the marks
+/// in these rows are what finds a batch the mapping gives up on). A first write that landed
+/// with its answer lost makes the second one refused, as a row written meanwhile is.
+async fn commit_again_once(
+    store: &dyn CheckpointStore,
+    commits: &[(String, KeyCommit)],
+) -> Result<Vec<bool>, crate::store::LeaseError> {
+    let rows: Vec<KeyCommit> = commits.iter().map(|(_, commit)| commit.clone()).collect();
+    let answer = store.commit_rows(&rows).await;
+    if let Err(error) = &answer {
+        tracing::warn!(%error, "could not write the partition keys' rows; writing them again");
+        return store.commit_rows(&rows).await;
+    }
+    answer
+}
+
+/// Writes marks in other keys' rows than the batch's (their records run elsewhere): a row
+/// refused (written meanwhile) or a failure is logged, and only the finding the mark was for
+/// is lost; nothing of the batch depends on it.
+pub(super) async fn write_marks(store: &dyn CheckpointStore, commits: &[(String, KeyCommit)]) {
+    if commits.is_empty() {
+        return;
+    }
+    match commit_again_once(store, commits).await {
+        Ok(written) => {
+            for ((_, commit), _) in commits.iter().zip(written).filter(|(_, written)| !written) {
+                tracing::info!(
+                    row = %commit.row,
+                    "the partition key's row was written meanwhile; it is not marked"
+                );
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not mark the partition keys' rows");
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::commits::write;
+use super::marks;
 use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
@@ -107,8 +108,12 @@ pub(super) async fn recover<H>(
     let read_to = skipped.read_to.clone();
     let complete = skipped.complete;
     let entries = skipped.entries;
-    let entries = match of_the_lane(settings, key, entries, keys, &detected, shard_checkpoint).await
-    {
+    let lane_keys = LaneKeys {
+        detected: &detected,
+        shard_checkpoint,
+        now: invocation.now(),
+    };
+    let entries = match of_the_lane(settings, key, entries, keys, lane_keys).await {
         Ok(entries) => entries,
         Err(error) => {
             let reason = StopReason::GapUnread(format!(
@@ -369,18 +374,33 @@ fn aged<'a, H>(
     )
 }
 
+/// What tells the keys of a range read apart: the marks that proved it (none when it was read
+/// for the batch's age), the checkpoint of a consumer of the whole shard, and the time.
+struct LaneKeys<'a> {
+    detected: &'a [Position],
+    shard_checkpoint: Option<&'a Position>,
+    now: u64,
+}
+
 /// The `entries` read that belong to the batch's lane and are not done: the keys of the batch
 /// (`keys` holds their rows), and the keys whose row carries one of the `detected` marks (they
 /// were in the batch that set it), whose rows are read here and added to `keys`. Any other
-/// key's records belong to another lane, which may be delivering them now.
+/// key's records belong to another lane, which may be delivering them now, or to this one,
+/// which passed them (which lane a key takes is the mapping's secret): such a key not done at
+/// a record read here is marked there ([`marks::mark_strangers`]), so that its next batch, if it comes
+/// after that record, proves the range and runs it first.
 async fn of_the_lane<H>(
     settings: &Settings<H>,
     shard: &LeaseKey,
     mut entries: Vec<Entry>,
     keys: &mut HashMap<String, KeyRow>,
-    detected: &[Position],
-    shard_checkpoint: Option<&Position>,
+    lane: LaneKeys<'_>,
 ) -> Result<Vec<Entry>, String> {
+    let LaneKeys {
+        detected,
+        shard_checkpoint,
+        now,
+    } = lane;
     let mut others: Vec<&str> = entries
         .iter()
         .filter_map(Entry::routing_key)
@@ -389,46 +409,68 @@ async fn of_the_lane<H>(
     others.sort_unstable();
     others.dedup();
     let others: Vec<String> = others.into_iter().map(str::to_owned).collect();
-    if !others.is_empty() && !detected.is_empty() {
+    let mut strangers: Vec<(&str, KeyRow)> = Vec::new();
+    if !others.is_empty() {
         let rows: Vec<LeaseKey> = others
             .iter()
             .map(|partition_key| row_key(shard, partition_key))
             .collect();
-        let states = settings
-            .store
-            .read_rows(&rows)
-            .await
-            .map_err(|error| error.to_string())?;
+        let states = match settings.store.read_rows(&rows).await {
+            Ok(states) => states,
+            Err(error) if !detected.is_empty() => return Err(error.to_string()),
+            // Read for the batch's age only: nothing of the lane depends on them, and the
+            // strangers go unmarked (logged).
+            Err(error) => {
+                tracing::warn!(%error, "could not read the rows of the other partition keys in the range; they are not marked");
+                Vec::new()
+            }
+        };
         for ((partition_key, row), state) in others.iter().zip(rows).zip(states) {
             let marked = state
                 .reported
                 .as_ref()
                 .is_some_and(|mark| detected.contains(mark));
-            if !marked {
-                continue;
+            let checkpoint = match state.position() {
+                Ok(checkpoint) => checkpoint,
+                Err(error) if marked => return Err(error.to_string()),
+                // Not the lane's by its mark: nothing says where it is done, so it is not marked.
+                Err(_) => continue,
+            };
+            let read = KeyRow {
+                row,
+                checkpoint,
+                state,
+                in_batch: false,
+            };
+            if marked {
+                keys.insert(partition_key.clone(), read);
+            } else {
+                strangers.push((partition_key.as_str(), read));
             }
-            let checkpoint = state.position().map_err(|error| error.to_string())?;
-            keys.insert(
-                partition_key.clone(),
-                KeyRow {
-                    row,
-                    checkpoint,
-                    state,
-                    in_batch: false,
-                },
-            );
         }
     }
+    let not_done = |entry: &Entry, row: &KeyRow| {
+        !row.checkpoint
+            .iter()
+            .chain(shard_checkpoint)
+            .any(|done| entry.position() <= *done)
+    };
+    let stranger_marks: Vec<(KeyRow, Position)> = strangers
+        .into_iter()
+        .filter_map(|(partition_key, row)| {
+            let first = entries
+                .iter()
+                .find(|entry| entry.routing_key() == Some(partition_key) && not_done(entry, &row))?
+                .position();
+            Some((row, first))
+        })
+        .collect();
     entries.retain(|entry| {
         entry
             .routing_key()
             .and_then(|k| keys.get(k))
-            .is_some_and(|row| {
-                !row.checkpoint
-                    .iter()
-                    .chain(shard_checkpoint)
-                    .any(|done| entry.position() <= *done)
-            })
+            .is_some_and(|row| not_done(entry, row))
     });
+    marks::mark_strangers(settings, &stranger_marks, now).await;
     Ok(entries)
 }

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::commits::write;
+use super::commits::{write, write_marks};
 use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::settings::Settings;
@@ -133,6 +133,45 @@ pub(super) async fn mark_early<H>(
     }
 }
 
+/// Marks each key of `strangers` at its record given beside it: a key found in a range the
+/// lane skipped that is neither the batch's nor the lane's by its mark, not done at that
+/// record (see [`held_mark`]: not when its mark is lower). Its lane may be another one, still
+/// to deliver the record (the mark then proves nothing, and that delivery removes it), or this
+/// one, which passed it: the key's next batch, starting after the mark, then proves the range
+/// and runs the record first. One write per 100 keys whose mark changes; a row refused (its
+/// lane's invocation wrote it meanwhile) or a failure is logged, and costs only that finding.
+pub(super) async fn mark_strangers<H>(
+    settings: &Settings<H>,
+    strangers: &[(KeyRow, Position)],
+    now: u64,
+) {
+    let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
+    let commits: Vec<(String, KeyCommit)> = strangers
+        .iter()
+        .filter_map(|(row, first)| {
+            mark_at(row, first, expires_at).map(|commit| (row.row.to_string(), commit))
+        })
+        .collect();
+    if !commits.is_empty() {
+        tracing::info!(
+            keys = commits.len(),
+            "marking the partition keys of a skipped range that are neither the batch's nor its lane's, at their first record not done"
+        );
+    }
+    write_marks(settings.store.as_ref(), &commits).await;
+}
+
+/// The write that marks `row` at `first` (see [`held_mark`]), when its mark changes.
+fn mark_at(row: &KeyRow, first: &Position, expires_at: u64) -> Option<KeyCommit> {
+    let change = held_mark(row.state.reported.as_ref(), first);
+    (change != ReportedChange::Keep).then(|| {
+        let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
+        commit.reported = change;
+        commit.expires_at = Some(expires_at.max(row.state.expires_at.unwrap_or(0)));
+        commit
+    })
+}
+
 /// Of the `refused` rows of `commits`, those another writer changed: a row that holds exactly
 /// this write (the mark, one counter more) is ours, written by a first try whose answer was
 /// lost (the second try is then refused). Read once; when that fails, all stay refused.
@@ -177,13 +216,7 @@ fn held_marks<H>(
     let mut commits: Vec<(String, KeyCommit)> = keys
         .iter()
         .filter_map(|(partition_key, row)| {
-            let change = held_mark(row.state.reported.as_ref(), first);
-            (change != ReportedChange::Keep).then(|| {
-                let mut commit = KeyCommit::new(row.row.clone(), row.state.lease_counter);
-                commit.reported = change;
-                commit.expires_at = Some(expires_at.max(row.state.expires_at.unwrap_or(0)));
-                (partition_key.clone(), commit)
-            })
+            mark_at(row, first, expires_at).map(|commit| (partition_key.clone(), commit))
         })
         .collect();
     commits.sort_by(|a, b| a.0.cmp(&b.0));
