@@ -1385,39 +1385,12 @@ async fn a_batch_turned_away_after_a_seed_consumer_did_part_of_it_is_remembered_
 /// 44647 of the invariant scenarios). Now a batch turned away keeps such a mark.
 #[tokio::test]
 async fn a_batch_turned_away_after_a_seed_consumer_passed_the_contended_mark_keeps_the_proof() {
-    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
-    orders(&stream, 0..7);
     let store = Arc::new(MemoryLeaseStore::new());
-    let seen = Seen::default();
-    let processor = Processor::new(store.clone(), seen.handler(&[])).gate(Gate::new(
-        Arc::new(stream.clone()),
-        StartingPosition::TrimHorizon,
-    ));
+    let (stream, _, seen, processor) = contended_setup(store.clone());
     let key = LeaseKey::new("orders", SHARD);
     let records = stream.records(SHARD);
-    let done = processor
-        .process_batch(
-            memory_delivery(&stream, SHARD, 0..2),
-            &context("done", 60_000),
-        )
-        .await
-        .unwrap();
-    assert_eq!(done.shards[0].stopped, None);
     // A seed consumer takes the shard; the mapping's batch of 2 to 4 is turned away.
-    assert!(
-        store
-            .acquire(&key, "seed", Duration::from_secs(30))
-            .await
-            .unwrap()
-    );
-    let away = processor
-        .process_batch(
-            memory_delivery(&stream, SHARD, 2..5),
-            &context("away", 60_000),
-        )
-        .await
-        .unwrap();
-    assert!(away.shards[0].stopped.is_some());
+    done_then_turned_away(store.as_ref(), &processor, &stream, 2..5).await;
     // The seed consumer runs record 2 and checkpoints it, past the mark; the mapping gives up
     // on 2 to 4, and its batch of 5 and 6 is turned away too.
     seen.0.lock().unwrap().push(2);
@@ -2327,22 +2300,23 @@ async fn on_dynamodb_records_after_a_seed_consumers_checkpoint_inside_a_batch_tu
     seed_inside_a_batch_turned_away(Arc::new(DynamoLeaseStore::new(&moto, table))).await;
 }
 
-/// A batch turned away on every delivery by a seed consumer's lease, inside which the seed
-/// consumer then checkpoints; the mapping gives up on it, and the next batch recovers the
-/// records after the seed's checkpoint, on `store`.
-async fn seed_inside_a_batch_turned_away<S: CheckpointStore + LeaseStore>(store: Arc<S>) {
-    let (stream, _, seen, processor) = contended_setup(store.clone());
-    let key = LeaseKey::new("orders", SHARD);
+/// Records 0 and 1 done; then a seed-crate consumer takes the shard's lease, and the mapping's
+/// batch of the records `away` is turned away (marked `contended` at its first record).
+async fn done_then_turned_away<S: CheckpointStore + LeaseStore>(
+    store: &S,
+    processor: &Processor<impl Handler>,
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    away: std::ops::Range<usize>,
+) {
     let done = processor
         .process_batch(
-            memory_delivery(&stream, SHARD, 0..2),
+            memory_delivery(stream, SHARD, 0..2),
             &context("done", 60_000),
         )
         .await
         .unwrap();
     assert_eq!(done.shards[0].stopped, None);
-    // A seed-crate consumer holds the shard's lease: the mapping's batch of records 2 to 5 is
-    // turned away on every delivery (marked `contended` at 2) and never claimed.
+    let key = LeaseKey::new("orders", SHARD);
     assert!(
         store
             .acquire(&key, "seed", Duration::from_secs(30))
@@ -2351,15 +2325,29 @@ async fn seed_inside_a_batch_turned_away<S: CheckpointStore + LeaseStore>(store:
     );
     let turned_away = processor
         .process_batch(
-            memory_delivery(&stream, SHARD, 2..6),
+            memory_delivery(stream, SHARD, away),
             &context("away", 60_000),
         )
         .await
         .unwrap();
-    assert!(matches!(
-        turned_away.shards[0].stopped,
-        Some((_, StopReason::LeaseHeld { .. }))
-    ));
+    assert!(
+        matches!(
+            turned_away.shards[0].stopped,
+            Some((_, StopReason::LeaseHeld { .. }))
+        ),
+        "{turned_away:?}"
+    );
+}
+
+/// A batch turned away on every delivery by a seed consumer's lease, inside which the seed
+/// consumer then checkpoints; the mapping gives up on it, and the next batch recovers the
+/// records after the seed's checkpoint, on `store`.
+async fn seed_inside_a_batch_turned_away<S: CheckpointStore + LeaseStore>(store: Arc<S>) {
+    let (stream, _, seen, processor) = contended_setup(store.clone());
+    let key = LeaseKey::new("orders", SHARD);
+    // A seed-crate consumer holds the shard's lease: the mapping's batch of records 2 to 5 is
+    // turned away on every delivery (marked `contended` at 2) and never claimed.
+    done_then_turned_away(store.as_ref(), &processor, &stream, 2..6).await;
     // The seed consumer runs records 2 and 3, checkpoints 3 with the seed's methods (the mark
     // is now below its checkpoint, and nothing else says so) and lets the shard go.
     seen.0.lock().unwrap().extend([2, 3]);
