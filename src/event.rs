@@ -19,7 +19,7 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use bytes::Bytes;
 
 use crate::key::LeaseKey;
-use crate::record::Record;
+use crate::record::{Arrived, Record};
 use crate::sequence::{SequenceError, SequenceNumber};
 
 /// A record of Lambda's event that cannot be processed, with what is known of where it is.
@@ -182,18 +182,14 @@ pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
     let mut keys = KeyCache::default();
     let mut aggregates = false;
-    let parsed = event
-        .records
-        .iter_mut()
-        .enumerate()
-        .map(|(index, record)| {
+    let parsed =
+        Record::arrived_together(event.records.iter_mut().enumerate().map(|(index, record)| {
             let parsed = parse_record(index, record, &mut keys);
-            if let Ok(record) = &parsed {
-                aggregates |= crate::kpl::is_aggregate(record.data());
+            if let Ok(arrival) = &parsed {
+                aggregates |= crate::kpl::is_aggregate(&arrival.data);
             }
             parsed
-        })
-        .collect();
+        }));
     (parsed, aggregates)
 }
 
@@ -247,7 +243,11 @@ impl KeyCache {
     }
 }
 
-fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCache) -> Parsed {
+fn parse_record(
+    index: usize,
+    record: &mut KinesisEventRecord,
+    keys: &mut KeyCache,
+) -> Result<Arrived, Box<MalformedRecord>> {
     let stream = record
         .event_source_arn
         .as_deref()
@@ -278,17 +278,17 @@ fn parse_record(index: usize, record: &mut KinesisEventRecord, keys: &mut KeyCac
     let Some(shard) = shard else {
         return Err(malformed(MalformedReason::EventId(record.event_id.clone())));
     };
-    Ok(Record::arrived(
-        keys.key(stream, shard),
+    Ok(Arrived {
+        key: keys.key(stream, shard),
         sequence,
         // Both taken from the event rather than copied or wrapped: no block is allocated for
         // either (a `Bytes` made from a vector with spare capacity allocates a shared header;
         // the base64 decoder leaves two or three bytes spare, which shrinking gives back in
         // place).
-        std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
-        Bytes::from(std::mem::take(&mut kinesis.data.0).into_boxed_slice()),
-        SystemTime::from(kinesis.approximate_arrival_timestamp.0),
-    ))
+        partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
+        data: Bytes::from(std::mem::take(&mut kinesis.data.0).into_boxed_slice()),
+        arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+    })
 }
 
 #[cfg(test)]

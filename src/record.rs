@@ -18,7 +18,9 @@ use crate::sequence::{Position, SequenceNumber};
 /// One Kinesis record, as the handler receives it.
 ///
 /// Cloning is cheap (shared strings and a shared payload), so a handler may keep a record past
-/// its call.
+/// its call. The records of one event share one block of memory, payloads included, freed with
+/// the last of them: to keep a payload for longer than the batch, keep its
+/// [`bytes`](Self::bytes) (a clone holds that payload only), not the record.
 ///
 /// # Examples
 ///
@@ -37,12 +39,63 @@ use crate::sequence::{Position, SequenceNumber};
 /// assert_eq!(order["amount_cents"], 250);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Record {
-    /// One block per record, shared by its clones: dispatch hands the handler a clone and
-    /// keeps the record for its report and dead letter, and a clone of one `Arc` costs one
-    /// count where a clone of each field cost five (see BENCHMARKS.md, section 1).
-    inner: Arc<Fields>,
+    /// The block holding the record's fields, shared by its clones: dispatch hands the
+    /// handler a clone and keeps the record for its report and dead letter, and a clone of one
+    /// `Arc` costs one count where a clone of each field cost five. The records of one event
+    /// share one block (see [`Record::arrived_together`]): a block per record was, with its
+    /// allocation and its release, a fifth of what the processor added to a bare loop
+    /// (BENCHMARKS.md, section 1). A record built alone has a block of its own.
+    block: Arc<[Slot]>,
+    /// The record's place in `block`, which holds its fields there.
+    index: usize,
+}
+
+/// One place of a block: a record's fields, or `None` for a record of the event that could
+/// not be read (no [`Record`] points at it).
+type Slot = Option<Fields>;
+
+/// Equal by their fields, wherever each is held.
+impl PartialEq for Record {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner() == other.inner()
+    }
+}
+
+impl Eq for Record {}
+
+/// What [`Record::arrived_together`] takes of each record of Lambda's event, with the arrival
+/// time the event gives: the clock is not read for every record of a batch, as
+/// [`Record::new`] would.
+pub(crate) struct Arrived {
+    pub(crate) key: LeaseKey,
+    pub(crate) sequence: SequenceNumber,
+    pub(crate) partition_key: Box<str>,
+    pub(crate) data: Bytes,
+    pub(crate) arrival: SystemTime,
+}
+
+impl From<Arrived> for Fields {
+    fn from(arrival: Arrived) -> Self {
+        let Arrived {
+            key,
+            sequence,
+            partition_key,
+            data,
+            arrival,
+        } = arrival;
+        Self {
+            key,
+            sequence,
+            sub_sequence: None,
+            partition_key: PartitionKey::Owned(partition_key),
+            routing_key: None,
+            explicit_hash_key: None,
+            data,
+            arrival,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -114,37 +167,60 @@ impl Record {
         })
     }
 
-    /// A record read out of Lambda's event, with the arrival time the event gives: the clock is
-    /// not read for every record of a batch, as [`new`](Self::new) would.
-    pub(crate) fn arrived(
-        key: LeaseKey,
-        sequence: SequenceNumber,
-        partition_key: Box<str>,
-        data: Bytes,
-        arrival: SystemTime,
-    ) -> Self {
-        Self::with_fields(Fields {
-            key,
-            sequence,
-            sub_sequence: None,
-            partition_key: PartitionKey::Owned(partition_key),
-            routing_key: None,
-            explicit_hash_key: None,
-            data,
-            arrival,
-        })
+    /// The records of one event, read in order, in one block: `arrivals` yields each record's
+    /// fields, or why it could not be read. Given the event's records one by one (an iterator
+    /// whose length is known, as a mapped slice's is), the block is allocated once at its size
+    /// and filled in place, with no vector of fields copied into it.
+    pub(crate) fn arrived_together<E>(
+        arrivals: impl Iterator<Item = Result<Arrived, E>>,
+    ) -> Vec<Result<Self, E>> {
+        let mut unread = Vec::new();
+        let block: Arc<[Slot]> = arrivals
+            .map(|arrival| match arrival {
+                Ok(arrival) => Some(Fields::from(arrival)),
+                Err(error) => {
+                    unread.push(error);
+                    None
+                }
+            })
+            .collect();
+        let mut unread = unread.into_iter();
+        (0..block.len())
+            .map(|index| match block[index] {
+                Some(_) => Ok(Self {
+                    block: Arc::clone(&block),
+                    index,
+                }),
+                None => Err(unread
+                    .next()
+                    .unwrap_or_else(|| unreachable!("one error per record not read"))),
+            })
+            .collect()
     }
 
     fn with_fields(fields: Fields) -> Self {
         Self {
-            inner: Arc::new(fields),
+            block: Arc::from([Some(fields)]),
+            index: 0,
         }
     }
 
-    /// The fields to change, for the builders: the record is not shared yet, so nothing is
-    /// copied.
+    /// The record's fields.
+    fn inner(&self) -> &Fields {
+        self.block[self.index]
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a record points only at a slot that holds one"))
+    }
+
+    /// The fields to change, for the builders: a record built alone is not shared yet, so
+    /// nothing is copied; one of a shared block is moved to a block of its own first.
     fn fields(&mut self) -> &mut Fields {
-        Arc::make_mut(&mut self.inner)
+        if Arc::get_mut(&mut self.block).is_none() {
+            *self = Self::with_fields(self.inner().clone());
+        }
+        Arc::get_mut(&mut self.block)
+            .and_then(|block| block[self.index].as_mut())
+            .unwrap_or_else(|| unreachable!("the block was just made the record's own"))
     }
 
     /// The same record as sub-record `sub_sequence` of a KPL aggregate.
@@ -205,7 +281,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn key(&self) -> &LeaseKey {
-        &self.inner.key
+        &self.inner().key
     }
 
     /// The stream's name (from `eventSourceARN`).
@@ -218,7 +294,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn stream(&self) -> &str {
-        self.inner.key.stream()
+        self.inner().key.stream()
     }
 
     /// The shard id (from `eventID`).
@@ -231,7 +307,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn shard(&self) -> &str {
-        self.inner.key.shard()
+        self.inner().key.shard()
     }
 
     /// The record's sequence number (an aggregate's, for a KPL sub-record).
@@ -244,7 +320,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn sequence(&self) -> &SequenceNumber {
-        &self.inner.sequence
+        &self.inner().sequence
     }
 
     /// The index of the sub-record within its KPL aggregate; `None` for a plain record.
@@ -257,7 +333,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn sub_sequence(&self) -> Option<u64> {
-        self.inner.sub_sequence
+        self.inner().sub_sequence
     }
 
     /// Where the record stands in its shard's extended order.
@@ -271,8 +347,8 @@ impl Record {
     #[must_use]
     pub fn position(&self) -> Position {
         Position::Record {
-            sequence: self.inner.sequence.clone(),
-            sub_sequence: self.inner.sub_sequence,
+            sequence: self.inner().sequence.clone(),
+            sub_sequence: self.inner().sub_sequence,
         }
     }
 
@@ -297,7 +373,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn partition_key(&self) -> &str {
-        self.inner.partition_key.as_str()
+        self.inner().partition_key.as_str()
     }
 
     /// The partition key Kinesis routed the record by: its own, or for a KPL sub-record the
@@ -312,10 +388,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn routing_key(&self) -> &str {
-        self.inner
+        self.inner()
             .routing_key
             .as_deref()
-            .unwrap_or(self.inner.partition_key.as_str())
+            .unwrap_or(self.inner().partition_key.as_str())
     }
 
     /// The same record as a sub-record of an aggregate routed by `routing_key` (the
@@ -335,7 +411,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
-        self.inner.explicit_hash_key.as_deref()
+        self.inner().explicit_hash_key.as_deref()
     }
 
     /// The payload, decoded from the event's base64.
@@ -348,7 +424,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn data(&self) -> &[u8] {
-        &self.inner.data
+        &self.inner().data
     }
 
     /// The payload as shared bytes, for keeping or forwarding without a copy.
@@ -362,7 +438,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn bytes(&self) -> &Bytes {
-        &self.inner.data
+        &self.inner().data
     }
 
     /// When Kinesis accepted the record (`approximateArrivalTimestamp`), to the microsecond
@@ -381,7 +457,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn arrival(&self) -> SystemTime {
-        self.inner.arrival
+        self.inner().arrival
     }
 
     /// The payload read as JSON.
@@ -400,8 +476,8 @@ impl Record {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
-        serde_json::from_slice(&self.inner.data).map_err(|source| PayloadError {
-            key: self.inner.key.clone(),
+        serde_json::from_slice(&self.inner().data).map_err(|source| PayloadError {
+            key: self.inner().key.clone(),
             position: self.position(),
             source,
         })
@@ -433,14 +509,14 @@ pub struct PayloadError {
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")
-            .field("key", &self.inner.key)
-            .field("sequence", &self.inner.sequence)
-            .field("sub_sequence", &self.inner.sub_sequence)
+            .field("key", &self.inner().key)
+            .field("sequence", &self.inner().sequence)
+            .field("sub_sequence", &self.inner().sub_sequence)
             .field("partition_key", &self.partition_key())
-            .field("routing_key", &self.inner.routing_key)
-            .field("explicit_hash_key", &self.inner.explicit_hash_key)
-            .field("data", &format_args!("<{} bytes>", self.inner.data.len()))
-            .field("arrival", &self.inner.arrival)
+            .field("routing_key", &self.inner().routing_key)
+            .field("explicit_hash_key", &self.inner().explicit_hash_key)
+            .field("data", &format_args!("<{} bytes>", self.inner().data.len()))
+            .field("arrival", &self.inner().arrival)
             .finish()
     }
 }
@@ -473,5 +549,51 @@ mod tests {
         );
         let message = record.json::<serde_json::Value>().unwrap_err().to_string();
         assert!(message.contains(SEQ) && message.contains("shardId-000000000000"));
+    }
+
+    fn arrival(sequence: &str, data: &'static str) -> Arrived {
+        Arrived {
+            key: LeaseKey::new("orders", "shardId-000000000000"),
+            sequence: sequence.parse().unwrap(),
+            partition_key: "k".into(),
+            data: Bytes::from_static(data.as_bytes()),
+            arrival: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn the_records_of_one_event_share_a_block_and_keep_their_order_and_their_errors() {
+        let read = Record::arrived_together(
+            [Ok(arrival("1", "a")), Err("bad"), Ok(arrival("3", "c"))].into_iter(),
+        );
+        assert_eq!(read.len(), 3);
+        let first = read[0].as_ref().unwrap();
+        let third = read[2].as_ref().unwrap();
+        assert_eq!((first.sequence().as_str(), first.data()), ("1", &b"a"[..]));
+        assert_eq!((third.sequence().as_str(), third.data()), ("3", &b"c"[..]));
+        assert_eq!(read[1].as_ref().unwrap_err(), &"bad");
+        assert!(
+            Arc::ptr_eq(&first.block, &third.block),
+            "one block for the event"
+        );
+        assert_eq!(first.block.len(), 3, "a place for the record not read too");
+    }
+
+    #[test]
+    fn a_record_of_a_shared_block_changed_by_a_builder_moves_to_its_own_and_leaves_the_others() {
+        let read = Record::arrived_together(
+            [Ok::<_, ()>(arrival("1", "a")), Ok(arrival("2", "b"))].into_iter(),
+        );
+        let second = read[1].clone().unwrap();
+        let changed = second.clone().with_sub_sequence(4);
+        assert_eq!(changed.position().to_string(), "2/4");
+        assert_eq!(changed.data(), b"b");
+        assert_eq!(changed.block.len(), 1, "a block of its own");
+        assert_eq!(second.sub_sequence(), None, "the shared block is unchanged");
+        assert_eq!(read[0].as_ref().unwrap().sub_sequence(), None);
+        assert_ne!(changed, second);
+        // Equal by their fields, not by their blocks.
+        let alone = Record::arrived_together([Ok::<_, ()>(arrival("2", "b"))].into_iter());
+        assert_eq!(alone[0].as_ref().unwrap(), &second);
     }
 }
