@@ -1051,7 +1051,6 @@ fn dying_handler(
 #[tokio::test]
 async fn in_the_partition_key_mode_a_batch_every_invocation_dies_on_is_run_by_the_lanes_next_batch()
 {
-    use kinesis_checkpoint::gap::GapOutcome;
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
     let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
     // a0 b1 a2 b3 | a4 b5
@@ -1084,14 +1083,7 @@ async fn in_the_partition_key_mode_a_batch_every_invocation_dies_on_is_run_by_th
         "marked before anything ran"
     );
     // The mapping gave up on the batch; the lane goes on with a4 b5.
-    let report = processor
-        .process_batch(delivery(&stream, SHARD, 4..6), &context("3", 60_000))
-        .await
-        .unwrap();
-    let lane = &report.shards[0];
-    assert!(lane.stopped.is_none(), "{:?}", lane.stopped);
-    let gap = lane.gap.as_ref().expect("the lost batch is found");
-    assert_eq!(gap.outcome, GapOutcome::Recovered);
+    let gap = lanes_next_batch_recovers(&processor, delivery(&stream, SHARD, 4..6), "3").await;
     assert_eq!(gap.recovered.len(), 4, "a0 b1 a2 b3 run first");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(
@@ -1102,6 +1094,74 @@ async fn in_the_partition_key_mode_a_batch_every_invocation_dies_on_is_run_by_th
     let a = store.read(&row_key(&shard(), "a")).await.unwrap();
     assert_eq!(a.checkpoint, Some(records[4].sequence.clone()));
     assert_eq!(a.reported, None, "the lane is past it");
+}
+
+/// The early mark is written on the rows as read; another writer may have written one since
+/// (a batch of another lane marking keys it found in a range it read). Refused, the rows are
+/// read again and marked once more: a key left unmarked would run, and if the invocation then
+/// died and the mapping gave up on the batch, its lane's next batch would find nothing behind it.
+#[tokio::test]
+async fn in_the_partition_key_mode_a_row_written_by_another_before_the_early_mark_is_read_again_and_marked()
+ {
+    use common::faults::faulty;
+    use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use std::sync::atomic::Ordering;
+    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+    // a0 | a1
+    for n in 0..2 {
+        stream.put("a", json!({ "n": n }).to_string());
+    }
+    let records = stream.records(SHARD);
+    // a0 hangs on its only delivery (MaximumRetryAttempts 0).
+    let (seen, handler) = dying_handler(0, 1);
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(faulty(memory.clone()));
+    let processor = Processor::by_partition_key(store.clone(), handler).gate(
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+            .maximum_retry_attempts(0),
+    );
+    store
+        .layer()
+        .rows_written_before_commit_rows
+        .store(true, Ordering::SeqCst);
+    let dies = tokio::time::timeout(
+        Duration::from_millis(300),
+        processor.process_batch(delivery(&stream, SHARD, 0..1), &context("1", 60_000)),
+    )
+    .await;
+    assert!(dies.is_err(), "the invocation never answers");
+    let a = memory.read(&row_key(&shard(), "a")).await.unwrap();
+    assert_eq!(
+        a.reported.map(|mark| mark.to_string()),
+        Some(records[0].sequence.clone()),
+        "marked, on the row as the other writer left it"
+    );
+    assert_eq!(
+        a.lease_counter, 2,
+        "the other writer's write, then the mark"
+    );
+    // The mapping gave up on the batch; the lane goes on with a1.
+    let gap = lanes_next_batch_recovers(&processor, delivery(&stream, SHARD, 1..2), "2").await;
+    assert_eq!(gap.recovered.len(), 1, "a0 runs first");
+    assert_eq!(*seen.lock().unwrap(), [0, 0, 1], "a0 runs again, then a1");
+}
+
+/// Delivers `batch`, the lane's next after the mapping gave up on one, and checks that it ran
+/// whole after the records it found lost behind it: what it recovered.
+async fn lanes_next_batch_recovers<H: kinesis_checkpoint::Handler>(
+    processor: &Processor<H, kinesis_checkpoint::PartitionKeyMode>,
+    batch: aws_lambda_events::event::kinesis::KinesisEvent,
+    delivery_id: &str,
+) -> kinesis_checkpoint::gap::GapReport {
+    let report = processor
+        .process_batch(batch, &context(delivery_id, 60_000))
+        .await
+        .unwrap();
+    let lane = &report.shards[0];
+    assert!(lane.stopped.is_none(), "{:?}", lane.stopped);
+    let gap = lane.gap.clone().expect("the lost batch is found");
+    assert_eq!(gap.outcome, kinesis_checkpoint::gap::GapOutcome::Recovered);
+    gap
 }
 
 /// Without a mapping that gives up on batches, nothing is written before a batch runs: a

@@ -369,6 +369,39 @@ async fn a_lease_lost_during_a_long_batch_stops_dispatch_and_checkpoints_nothing
 }
 
 #[tokio::test]
+async fn a_record_rejected_after_its_lease_was_lost_is_reported_not_dead_lettered() {
+    // The handler ran past a renewal that found the lease taken: another owner may have run
+    // the record since, and a dead letter sent now would be a second handling of it.
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(faulty(memory.clone()));
+    store.layer().steal_on_renew.store(true, Ordering::SeqCst);
+    let letters = Arc::new(MemoryDeadLetters::new());
+    let processor = Processor::new(store.clone(), |_record: Record| async {
+        // Past the first renewal (every 30 ms with a lease of 90).
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        Outcome::reject("not an order")
+    })
+    .lease_ttl(Duration::from_millis(90))
+    .dead_letters(letters.clone());
+
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..1), &context("r1", 60_000))
+        .await
+        .unwrap();
+
+    assert!(
+        letters.letters().is_empty(),
+        "no dead letter without the lease"
+    );
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(0).parse().unwrap(), StopReason::Fenced))
+    );
+    assert_eq!(reported(&report.response()), vec![sequence(0)]);
+    assert_eq!(checkpoint_of(&memory).await, None);
+}
+
+#[tokio::test]
 async fn a_long_batch_keeps_its_lease_so_a_concurrent_delivery_is_held_off() {
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();

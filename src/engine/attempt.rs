@@ -223,6 +223,17 @@ impl<H: Handler> Runner<'_, H> {
         } else {
             return Err(reason);
         };
+        // A handler that ran long may have outlived the lease, and a new owner may have run
+        // the record since: a dead letter sent now would be a second handling of it. Reported
+        // instead, it is the new owner's.
+        if self.lease.lost_at(self.invocation.now()) {
+            tracing::warn!(
+                sequence = %record.sequence(),
+                sub_sequence = record.sub_sequence(),
+                "the lease was lost while the record ran: not dead-lettered, reported for its new owner"
+            );
+            return Err(StopReason::Fenced);
+        }
         let mut letter = DeadLetter::new(record.clone(), attempts, error, dead_reason);
         letter.at = self.invocation.clock().now();
         match sink.send(&letter).await {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
-use kinesis_checkpoint::store::{CheckpointStore, LeaseError, LeaseStore};
+use kinesis_checkpoint::store::{CheckpointStore, KeyCommit, LeaseError, LeaseStore};
 use kinesis_checkpoint::{BoxFuture, LeaseKey};
 
 /// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
@@ -35,6 +35,7 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             lose_transact_answer: AtomicBool::new(false),
             resend_transact_after_lost_answer: AtomicBool::new(false),
             steal_before_transact: AtomicBool::new(false),
+            rows_written_before_commit_rows: AtomicBool::new(false),
         },
     )
 }
@@ -70,6 +71,9 @@ pub struct Faults<S> {
     pub resend_transact_after_lost_answer: AtomicBool,
     /// The next transaction finds the lease taken by `thief`.
     pub steal_before_transact: AtomicBool,
+    /// Before the next writing of partition-key rows, another writer writes each of them (a
+    /// batch of another lane marking keys it found in a range it read): the writing is refused.
+    pub rows_written_before_commit_rows: AtomicBool,
 }
 
 impl<S: LeaseStore> Faults<S> {
@@ -81,6 +85,27 @@ impl<S: LeaseStore> Faults<S> {
                 .acquire(key, "thief", Duration::from_mins(1))
                 .await
                 .unwrap()
+        );
+    }
+}
+
+impl<S: CheckpointStore> Faults<S> {
+    /// Writes each of `rows` as another writer would: one counter more, nothing else changed.
+    async fn write_rows(&self, rows: Vec<&LeaseKey>) {
+        let rows: Vec<LeaseKey> = rows.into_iter().cloned().collect();
+        let states = self.store.read_rows(&rows).await.unwrap();
+        let commits: Vec<KeyCommit> = rows
+            .into_iter()
+            .zip(states)
+            .map(|(row, state)| KeyCommit::new(row, state.lease_counter))
+            .collect();
+        assert!(
+            self.store
+                .commit_rows(&commits)
+                .await
+                .unwrap()
+                .iter()
+                .all(|landed| *landed)
         );
     }
 }
@@ -129,9 +154,16 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             }
             _ => false,
         };
+        let overwrite = call.operation() == Operation::CommitRows
+            && self
+                .rows_written_before_commit_rows
+                .swap(false, Ordering::SeqCst);
         Box::pin(async move {
             if steal && let (Some(key), Some(owner)) = (call.key(), call.owner()) {
                 self.steal(key, owner).await;
+            }
+            if overwrite {
+                self.write_rows(call.keys()).await;
             }
             let answer = next.run(call).await;
             if resend {

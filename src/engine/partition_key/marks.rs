@@ -74,8 +74,10 @@ pub(super) async fn mark_held<H>(
 /// time-out) never makes its last write; these marks are what the lane's next batch then
 /// finds. One write per 100 keys whose mark changes (none on a redelivery: the keys are marked
 /// there already). The rows written are updated in `keys` (their counter and mark), so that
-/// the batch's last write expects them; a row refused here (a concurrent delivery wrote it) is
-/// refused there too, and its records reported.
+/// the batch's last write expects them. A row refused here (another writer changed it since
+/// it was read) is read again into `keys` and marked once more (one `BatchGetItem` and one
+/// write more, only then); refused twice, it is refused by the last write too, and its records
+/// reported.
 pub(super) async fn mark_early<H>(
     settings: &Settings<H>,
     keys: &mut HashMap<String, KeyRow>,
@@ -113,11 +115,36 @@ pub(super) async fn mark_early<H>(
     if commits.is_empty() {
         return;
     }
-    let mut refused = write(settings.store.as_ref(), &commits).await;
-    if !refused.is_empty() {
-        refused = landed_meanwhile(settings, &commits, refused).await;
+    let refused = mark_rows(settings, keys, &commits).await;
+    if refused.is_empty() {
+        return;
     }
-    for (partition_key, commit) in &commits {
+    // Another writer changed those rows since they were read (a batch of another lane marking
+    // keys it found in a range it read, or a concurrent delivery): read again and marked once
+    // more. A key left unmarked here would run, and if the invocation then died and the mapping
+    // gave up on the batch, nothing would say where its lane stood.
+    if reread(settings, keys, &refused).await {
+        let again: Vec<(String, KeyCommit)> = held_marks(settings, keys, &first, now)
+            .into_iter()
+            .filter(|(partition_key, _)| refused.iter().any(|key| key == partition_key))
+            .collect();
+        let _still_refused = mark_rows(settings, keys, &again).await;
+    }
+}
+
+/// Writes the marks of `commits` and updates the rows in `keys` that took them (their counter,
+/// mark and expiry), so that the batch's last write expects them; returns the keys whose rows
+/// refused them.
+async fn mark_rows<H>(
+    settings: &Settings<H>,
+    keys: &mut HashMap<String, KeyRow>,
+    commits: &[(String, KeyCommit)],
+) -> Vec<String> {
+    let mut refused = write(settings.store.as_ref(), commits).await;
+    if !refused.is_empty() {
+        refused = landed_meanwhile(settings, commits, refused).await;
+    }
+    for (partition_key, commit) in commits {
         if refused.iter().any(|(key, _)| key == partition_key) {
             continue;
         }
@@ -131,6 +158,38 @@ pub(super) async fn mark_early<H>(
             }
         }
     }
+    refused.into_iter().map(|(key, _)| key).collect()
+}
+
+/// Reads the rows of the `refused` keys again into `keys` (their state and checkpoint as they
+/// are now). `false` when the reading fails or a checkpoint read is unusable: the rows stay as
+/// first read, and the batch's last write refuses them.
+async fn reread<H>(
+    settings: &Settings<H>,
+    keys: &mut HashMap<String, KeyRow>,
+    refused: &[String],
+) -> bool {
+    let rows: Vec<LeaseKey> = refused
+        .iter()
+        .filter_map(|partition_key| keys.get(partition_key).map(|row| row.row.clone()))
+        .collect();
+    let Ok(states) = settings.store.read_rows(&rows).await else {
+        return false;
+    };
+    let mut fresh = Vec::with_capacity(states.len());
+    for (partition_key, state) in refused.iter().zip(states) {
+        let Ok(checkpoint) = state.position() else {
+            return false;
+        };
+        fresh.push((partition_key, state, checkpoint));
+    }
+    for (partition_key, state, checkpoint) in fresh {
+        if let Some(row) = keys.get_mut(partition_key) {
+            row.state = state;
+            row.checkpoint = checkpoint;
+        }
+    }
+    true
 }
 
 /// Marks each key of `strangers` at its record given beside it: a key found in a range the
