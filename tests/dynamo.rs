@@ -226,6 +226,61 @@ async fn the_claim_marks_the_batch_it_attempts_and_a_turned_away_batch_is_marked
     assert_eq!(again.contended, Some(later));
 }
 
+/// The partition-key mode's open-marks row: every mark with its arrival, and where a reading
+/// for them stopped, written on condition of the counter read, and a string set that is
+/// removed, not left empty, once no mark is open.
+#[tokio::test]
+async fn a_shards_open_marks_are_written_with_their_arrival_and_removed_once_none_is_open() {
+    use kinesis_checkpoint::store::{KeyCommit, OpenMark, ReportedChange};
+    let (store, client, table) = table().await;
+    let row = LeaseKey::new("orders", format!("{SHARD}#open"));
+    let open = vec![
+        OpenMark::new(
+            Position::record(sequence(3).parse().unwrap()),
+            1_764_512_345_000,
+        ),
+        OpenMark::new(
+            Position::sub_record(sequence(5).parse().unwrap(), 2),
+            1_764_512_346_500,
+        ),
+    ];
+    let mut commit = KeyCommit::new(row.clone(), 0);
+    commit.open_marks = Some(open.clone());
+    commit.reported = ReportedChange::Set(Position::record(sequence(4).parse().unwrap()));
+    commit.expires_at = Some(1_900_000_000);
+    assert_eq!(store.commit_rows(&[commit]).await.unwrap(), [true]);
+    let read = store.read_rows(std::slice::from_ref(&row)).await.unwrap();
+    assert_eq!(read[0].open_marks, open, "every mark, with its arrival");
+    assert_eq!(
+        read[0].reported,
+        Some(Position::record(sequence(4).parse().unwrap())),
+        "where the reading stopped"
+    );
+    let raw = raw_row(&client, &table, &row.to_string()).await;
+    let mut members = raw["open_marks"].as_ss().unwrap().clone();
+    members.sort();
+    assert_eq!(
+        members,
+        [
+            format!("{}@1764512345000", sequence(3)),
+            format!("{}/2@1764512346500", sequence(5)),
+        ]
+    );
+    let mut stale = KeyCommit::new(row.clone(), 0);
+    stale.open_marks = Some(Vec::new());
+    assert_eq!(
+        store.commit_rows(&[stale]).await.unwrap(),
+        [false],
+        "a row written since it was read is not overwritten"
+    );
+    let mut settled = KeyCommit::new(row.clone(), read[0].lease_counter);
+    settled.open_marks = Some(Vec::new());
+    assert_eq!(store.commit_rows(&[settled]).await.unwrap(), [true]);
+    assert_eq!(store.read(&row).await.unwrap().open_marks, []);
+    let raw = raw_row(&client, &table, &row.to_string()).await;
+    assert!(!raw.contains_key("open_marks"), "{raw:?}");
+}
+
 #[tokio::test]
 async fn a_table_of_bare_shard_rows_is_read_only_for_the_named_stream() {
     let (store, client, table) = table().await;

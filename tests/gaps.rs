@@ -799,6 +799,16 @@ fn memory_delivery(
     shard: &str,
     range: std::ops::Range<usize>,
 ) -> KinesisEvent {
+    memory_delivery_arrived(stream, shard, range, |_| 1_764_512_345.0)
+}
+
+/// [`memory_delivery`], each record's arrival (epoch seconds) told by `arrival`.
+fn memory_delivery_arrived(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    range: std::ops::Range<usize>,
+    arrival: impl Fn(&kinesis_checkpoint::local::StreamRecord) -> f64,
+) -> KinesisEvent {
     use base64::Engine;
     let records: Vec<Value> = stream.records(shard)[range]
         .iter()
@@ -809,7 +819,7 @@ fn memory_delivery(
                     "partitionKey": r.partition_key,
                     "sequenceNumber": r.sequence,
                     "data": base64::engine::general_purpose::STANDARD.encode(&r.data),
-                    "approximateArrivalTimestamp": 1_764_512_345.0,
+                    "approximateArrivalTimestamp": arrival(r),
                 },
                 "eventSource": "aws:kinesis",
                 "eventVersion": "1.0",
@@ -2630,6 +2640,23 @@ fn memory_pick(
     event
 }
 
+/// [`memory_pick`], each record arriving when the stream's clock says it did.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "epoch milliseconds of this century fit a double's mantissa"
+)]
+fn memory_pick_arrived(
+    stream: &kinesis_checkpoint::local::MemoryStream,
+    shard: &str,
+    indexes: &[usize],
+) -> KinesisEvent {
+    let mut event = memory_delivery_arrived(stream, shard, 0..stream.records(shard).len(), |r| {
+        r.arrival_millis as f64 / 1_000.0
+    });
+    event.records = indexes.iter().map(|&i| event.records[i].clone()).collect();
+    event
+}
+
 /// A clock, a stream of one shard on it holding `keys` in order (record `n` is `{"n": n}`), a
 /// store, and a partition-key processor whose gate is told the mapping's record age and reads
 /// at most two records at a time, failing each record of `fail` once.
@@ -2834,7 +2861,7 @@ async fn in_the_partition_key_mode_a_batch_that_cannot_read_its_lanes_gap_marks_
 }
 
 /// The row of `partition_key` of the shard [`SHARD`] of the stream `orders`, as stored.
-async fn key_state(store: &MemoryLeaseStore, partition_key: &str) -> LeaseState {
+async fn key_state(store: &dyn CheckpointStore, partition_key: &str) -> LeaseState {
     CheckpointStore::read(
         store,
         &LeaseKey::new("orders", format!("{SHARD}:{partition_key}")),
@@ -2906,6 +2933,116 @@ async fn in_the_partition_key_mode_a_key_found_in_a_skipped_range_that_is_neithe
     );
     let b = key_state(store.as_ref(), "b").await;
     assert_eq!(b.reported, None, "b's lane is past its mark");
+}
+
+/// The other order (seed 143770 of the invariant scenarios): a0 is reported and the mapping
+/// gives up on it for its age, and on b1 after it, which it never delivered; b's next batch
+/// (b2, young) comes before any batch of the lane read the range. b has no row and no mark, and
+/// b2 is too young to be suspect, so b2 ran, b's checkpoint passed b1, and no later reading
+/// took b1 for anything but done. Now the shard's open-marks row lists a0 (with its arrival)
+/// when the lane is reported there; once a0 is older than the limit, a batch holding a key
+/// whose checkpoint lies before it reads from a0: b1 runs before b2, and a is marked at a0.
+/// The mark goes once a batch delivered the limit and 20 minutes after a0 arrived has read up
+/// to its first record.
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_young_batch_of_a_key_no_row_marks_reads_from_an_open_mark_older_than_the_limit()
+ {
+    let (stream, store, seen, processor) = aged_parts_setup(&["a", "b"], &[0]);
+    let open_row = LeaseKey::new("orders", format!("{SHARD}#open"));
+    let first = processor
+        .process_batch(
+            memory_pick_arrived(&stream, SHARD, &[0]),
+            &context("1", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        first.shards[0].stopped.is_some(),
+        "a0 is reported: {first:?}"
+    );
+    let a0 = stream.records(SHARD)[0].sequence.clone();
+    let open = CheckpointStore::read(store.as_ref(), &open_row)
+        .await
+        .unwrap();
+    assert_eq!(
+        open.open_marks
+            .iter()
+            .map(|open| open.mark.to_string())
+            .collect::<Vec<_>>(),
+        std::slice::from_ref(&a0),
+        "the lane's mark is open"
+    );
+    // The mapping drops a0 and b1 for their age; b2 is written just now.
+    tokio::time::sleep(AGE_LIMIT + Duration::from_secs(1)).await;
+    stream.put("b", serde_json::json!({ "n": 2 }).to_string());
+    let young = processor
+        .process_batch(
+            memory_pick_arrived(&stream, SHARD, &[2]),
+            &context("2", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(young.shards[0].stopped.is_none(), "{young:?}");
+    assert!(
+        young.shards[0].gap.is_some(),
+        "the open mark's range is read: {young:?}"
+    );
+    assert_eq!(
+        seen.all(),
+        [1, 2],
+        "b's, once each, in order; a0 is a's lane's"
+    );
+    let a = key_state(store.as_ref(), "a").await;
+    assert_eq!(
+        a.reported.map(|mark| mark.to_string()),
+        Some(a0.clone()),
+        "a stays marked at a0"
+    );
+    let open = CheckpointStore::read(store.as_ref(), &open_row)
+        .await
+        .unwrap();
+    let b2 = stream.records(SHARD)[2].sequence.clone();
+    assert_eq!(
+        open.reported.as_ref().map(ToString::to_string),
+        Some(b2.clone()),
+        "the reading stopped at b2"
+    );
+    assert_eq!(open.open_marks.len(), 1, "a0 is still open: {open:?}");
+    // a's next batch proves its own range from its mark (read two records at a time): a0
+    // runs first.
+    stream.put("a", serde_json::json!({ "n": 3 }).to_string());
+    let a3 = memory_pick_arrived(&stream, SHARD, &[3]);
+    deliver_until_run(&processor, &a3, 3, &seen).await;
+    assert_eq!(
+        seen.all(),
+        [1, 2, 0, 3],
+        "every record once, in order per key"
+    );
+    // Long after: a new key's batch reads on, and the marks go (a0's, and a3's: the first
+    // delivery of a3 was reported, reading in parts).
+    tokio::time::sleep(Duration::from_mins(23)).await;
+    stream.put("c", serde_json::json!({ "n": 4 }).to_string());
+    let c4 = processor
+        .process_batch(
+            memory_pick_arrived(&stream, SHARD, &[4]),
+            &context("4", 60_000),
+        )
+        .await
+        .unwrap();
+    assert!(c4.shards[0].stopped.is_none(), "{c4:?}");
+    assert_eq!(seen.all(), [1, 2, 0, 3, 4]);
+    let open = CheckpointStore::read(store.as_ref(), &open_row)
+        .await
+        .unwrap();
+    assert_eq!(
+        open.open_marks,
+        [],
+        "no record after a0 can be dropped any more"
+    );
+    assert_eq!(
+        open.reported.map(|progress| progress.to_string()),
+        Some(stream.records(SHARD)[4].sequence.clone())
+    );
 }
 
 /// The same widened range, its lane's row unreadable when the lane's next batch comes (a

@@ -56,6 +56,7 @@ pub use crate::sequence::{ReadFrom, SkippedRange};
 use crate::store::{LeaseState, ReportedChange};
 
 pub(crate) mod keys;
+pub(crate) mod open;
 
 /// The most skipped records one invocation reads: Lambda's largest batch. A larger gap is read
 /// and run in parts, one per invocation, each continuing after the checkpoint the last one left.

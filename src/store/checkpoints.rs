@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::lease::{BoxFuture, FailingRecord, LeaseError, LeaseState};
+use super::lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, OpenMark};
 use super::row::Below;
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -140,6 +140,9 @@ pub struct KeyCommit {
     /// partition-key mode, the record the key's lane was last reported from (see
     /// [`gap`](crate::gap)'s partition-key section).
     pub reported: ReportedChange,
+    /// The shard's open marks ([`LeaseState::open_marks`]), all of them, when they change:
+    /// written on the shard's open-marks row only.
+    pub open_marks: Option<Vec<OpenMark>>,
 }
 
 impl KeyCommit {
@@ -161,6 +164,7 @@ impl KeyCommit {
             failing: FailingChange::Keep,
             expires_at: None,
             reported: ReportedChange::Keep,
+            open_marks: None,
         }
     }
 }

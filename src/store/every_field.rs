@@ -15,7 +15,7 @@ use crate::sequence::{Position, SHARD_END};
 use crate::store::checkpoints::{
     CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
-use crate::store::lease::FailingRecord;
+use crate::store::lease::{FailingRecord, OpenMark};
 use crate::store::memory::MemoryLeaseStore;
 use crate::store::row::Below;
 
@@ -173,6 +173,14 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     first.failing = FailingChange::Set(failing.clone());
     first.expires_at = Some(1_900_000_001);
     first.reported = ReportedChange::Set(at("795"));
+    let open = vec![
+        OpenMark::new(at("780"), 1_764_000_000_000),
+        OpenMark::new(
+            Position::sub_record("790".parse().expect("n"), 1),
+            1_764_000_001_000,
+        ),
+    ];
+    first.open_marks = Some(open.clone());
     let mut second = KeyCommit::new(rows[1].clone(), 5);
     second.checkpoint = Some(at("900"));
     assert_eq!(
@@ -195,6 +203,7 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         "a key's expires_at"
     );
     assert_eq!(read[0].reported, Some(at("795")), "a key's reported record");
+    assert_eq!(read[0].open_marks, open, "a shard's open marks");
     assert_eq!(
         read[1].checkpoint, None,
         "a row written meanwhile is not overwritten"

@@ -117,6 +117,49 @@ pub struct LeaseState {
     /// consumer, which knows nothing of it), whose checkpoint proves nothing of the records
     /// after it: a batch that starts after it is read from it (see [`gap`](crate::gap)).
     pub contended_done: Option<Position>,
+    /// In the partition-key mode, on the shard's open-marks row only (`stream:shard#open`):
+    /// each record a lane of the shard was reported or held at while the mapping may drop
+    /// records after it for their age, with that record's arrival. A batch holding a key no
+    /// row marks reads from them once they are old enough (see [`gap`](crate::gap)); the row's
+    /// `reported` says how far that reading has gone. Empty in every other row.
+    pub open_marks: Vec<OpenMark>,
+}
+
+/// A record a lane of a shard was reported or held at, and when it arrived in the stream: the
+/// mapping drops a record after it for its age only once this one is older than the limit.
+/// Kept in the shard's open-marks row ([`LeaseState::open_marks`]).
+///
+/// ```
+/// use kinesis_checkpoint::Position;
+/// use kinesis_checkpoint::store::OpenMark;
+///
+/// let open = OpenMark::new(Position::record("42".parse()?), 1_700_000_000_000);
+/// assert_eq!(open.arrival, 1_700_000_000_000);
+/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct OpenMark {
+    /// The record the lane was reported or held at.
+    pub mark: Position,
+    /// Its `ApproximateArrivalTimestamp`, in epoch milliseconds.
+    pub arrival: u64,
+}
+
+impl OpenMark {
+    /// The mark at `mark`, which arrived at `arrival` (epoch milliseconds).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::Position;
+    /// # use kinesis_checkpoint::store::OpenMark;
+    /// let open = OpenMark::new(Position::record("7".parse()?), 5);
+    /// assert_eq!(open.mark, Position::record("7".parse()?));
+    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
+    /// ```
+    #[must_use]
+    pub const fn new(mark: Position, arrival: u64) -> Self {
+        Self { mark, arrival }
+    }
 }
 
 /// A record that failed and will be delivered again, as the shard's row remembers it: the

@@ -214,6 +214,9 @@ impl MemoryLeaseStore {
             ReportedChange::Set(position) => row.reported = Some(position.clone()),
             ReportedChange::Clear => row.reported = None,
         }
+        if let Some(open_marks) = &commit.open_marks {
+            row.open_marks.clone_from(open_marks);
+        }
     }
 
     fn free(row: &mut LeaseState) {

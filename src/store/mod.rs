@@ -52,7 +52,9 @@ pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, 
 #[cfg(feature = "dynamodb")]
 pub use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
 pub use layer::{Call, Layer, Layered, Next, Operation};
-pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};
+pub use lease::{
+    BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS, OpenMark,
+};
 pub use memory::MemoryLeaseStore;
 pub use row::Below;
 #[cfg(feature = "dynamodb")]

@@ -41,6 +41,8 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// - **`contended`**: [`mark_contended`](CheckpointStore::mark_contended) does nothing, so a
 ///   batch the mapping discards while another owner's lease lingers goes unnoticed too; the
 ///   commit's `contended_done` (the mark it passed) is dropped with it, having no mark to name.
+/// - **`open_marks`** (a shard's open-marks row, in the partition-key mode with a record age):
+///   dropped, so a key no row marks loses what a lane dropped after a failure.
 /// - **progress inside a KPL aggregate**: a position inside an aggregate is not written (only
 ///   checked, by a renew, that the lease is still held); the record done whole before it is.
 ///   The sub-records done so far run again after a redelivery: a duplicate, never a loss.

@@ -275,22 +275,29 @@ async fn commit_again_once(
 
 /// Writes marks in other keys' rows than the batch's (their records run elsewhere): a row
 /// refused (written meanwhile) or a failure is logged, and only the finding the mark was for
-/// is lost; nothing of the batch depends on it.
-pub(super) async fn write_marks(store: &dyn CheckpointStore, commits: &[(String, KeyCommit)]) {
+/// is lost; nothing of the batch depends on it. Whether every row was written.
+pub(super) async fn write_marks(
+    store: &dyn CheckpointStore,
+    commits: &[(String, KeyCommit)],
+) -> bool {
     if commits.is_empty() {
-        return;
+        return true;
     }
     match commit_again_once(store, commits).await {
         Ok(written) => {
+            let mut all = true;
             for ((_, commit), _) in commits.iter().zip(written).filter(|(_, written)| !written) {
+                all = false;
                 tracing::info!(
                     row = %commit.row,
                     "the partition key's row was written meanwhile; it is not marked"
                 );
             }
+            all
         }
         Err(error) => {
             tracing::warn!(%error, "could not mark the partition keys' rows");
+            false
         }
     }
 }

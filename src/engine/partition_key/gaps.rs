@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::commits::write;
 use super::marks;
+use super::open::OpenMarks;
 use super::rows::KeyRow;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::Invocation;
@@ -34,6 +35,13 @@ pub(super) struct Found {
     pub(super) gap: Option<GapReport>,
     /// The lane, when its keys' marks proved the range.
     pub(super) lane: Option<Lane>,
+    /// The range read covers what the shard's open marks asked this batch to read, and every
+    /// key found there not done that is not run here was marked: the open-marks row may say
+    /// the reading reached where it stopped (see `open`).
+    pub(super) open_read: bool,
+    /// No mark proved the range, and it was read from the lowest checkpoint of the batch's
+    /// keys for the batch's age (see `commits::AgedPart`).
+    pub(super) aged: bool,
 }
 
 /// The lane whose keys' marks proved a range, and its rows ([`lane_row`]: one per mark, saying
@@ -62,11 +70,16 @@ pub(super) async fn recover<H>(
     keys: &mut HashMap<String, KeyRow>,
     shard_checkpoint: Option<&Position>,
     invocation: &Invocation,
+    open: Option<&OpenMarks>,
 ) -> Result<Found, Unread> {
     let Some(first) = batch.first() else {
         return Ok(Found::default());
     };
     let start = first.position();
+    // A key no row marks may have lost records after a mark another lane of the shard left.
+    let opened = open
+        .and_then(|open| open.range(keys, shard_checkpoint, &start, invocation.now()))
+        .map(|range| after_shard_checkpoint(range, shard_checkpoint));
     let mut detected: Vec<Position> = keys
         .values()
         .filter_map(|row| lane_mark(&row.state, shard_checkpoint, &start))
@@ -75,8 +88,11 @@ pub(super) async fn recover<H>(
     detected.sort();
     detected.dedup();
     let mut lane = None;
+    let mut aged_read = false;
     let range = if detected.is_empty() {
-        match aged(settings, keys.values(), first, shard_checkpoint, invocation) {
+        let aged = aged(settings, keys.values(), first, shard_checkpoint, invocation);
+        aged_read = aged.is_some();
+        match unproven(aged, opened.clone()) {
             Some(range) => range,
             None => return Ok(Found::default()),
         }
@@ -91,8 +107,9 @@ pub(super) async fn recover<H>(
         )
         .await?;
         lane = Some(found);
-        range
+        after_shard_checkpoint(wider(range, opened.clone()), shard_checkpoint)
     };
+    let opened = opened.is_some();
     let suspicion = detected.is_empty();
     let Some(skipped) = read(settings, key, &range, invocation).await? else {
         return Ok(no_reader(range));
@@ -113,8 +130,8 @@ pub(super) async fn recover<H>(
         shard_checkpoint,
         now: invocation.now(),
     };
-    let entries = match of_the_lane(settings, key, entries, keys, lane_keys).await {
-        Ok(entries) => entries,
+    let (entries, all_marked) = match of_the_lane(settings, key, entries, keys, lane_keys).await {
+        Ok(found) => found,
         Err(error) => {
             let reason = StopReason::GapUnread(format!(
                 "reading the rows of the partition keys in {range} failed: {error}"
@@ -125,9 +142,13 @@ pub(super) async fn recover<H>(
             )));
         }
     };
+    let open_read = opened && all_marked;
     if suspicion && complete && entries.is_empty() {
         // Nothing was dropped after all: each key's records follow its checkpoint.
-        return Ok(Found::default());
+        return Ok(Found {
+            open_read,
+            ..Found::default()
+        });
     }
     let outcome = if complete {
         GapOutcome::Recovered
@@ -148,7 +169,18 @@ pub(super) async fn recover<H>(
         read_to,
         gap: Some(GapReport::new(range, outcome)),
         lane,
+        open_read,
+        aged: aged_read,
     })
+}
+
+/// The range to read when no mark proves one: for the batch's age (from its keys' lowest
+/// checkpoint), widened to the shard's open marks' range; or that range alone.
+fn unproven(aged: Option<SkippedRange>, opened: Option<SkippedRange>) -> Option<SkippedRange> {
+    match aged {
+        Some(range) => Some(wider(range, opened)),
+        None => opened,
+    }
 }
 
 /// The range a lane's `detected` marks prove skipped before a batch starting at `first`
@@ -395,7 +427,7 @@ async fn of_the_lane<H>(
     mut entries: Vec<Entry>,
     keys: &mut HashMap<String, KeyRow>,
     lane: LaneKeys<'_>,
-) -> Result<Vec<Entry>, String> {
+) -> Result<(Vec<Entry>, bool), String> {
     let LaneKeys {
         detected,
         shard_checkpoint,
@@ -410,6 +442,8 @@ async fn of_the_lane<H>(
     others.dedup();
     let others: Vec<String> = others.into_iter().map(str::to_owned).collect();
     let mut strangers: Vec<(&str, KeyRow)> = Vec::new();
+    // Whether every key of the range not done is run here or marked.
+    let mut all_marked = true;
     if !others.is_empty() {
         let rows: Vec<LeaseKey> = others
             .iter()
@@ -422,6 +456,7 @@ async fn of_the_lane<H>(
             // strangers go unmarked (logged).
             Err(error) => {
                 tracing::warn!(%error, "could not read the rows of the other partition keys in the range; they are not marked");
+                all_marked = false;
                 Vec::new()
             }
         };
@@ -434,7 +469,10 @@ async fn of_the_lane<H>(
                 Ok(checkpoint) => checkpoint,
                 Err(error) if marked => return Err(error.to_string()),
                 // Not the lane's by its mark: nothing says where it is done, so it is not marked.
-                Err(_) => continue,
+                Err(_) => {
+                    all_marked = false;
+                    continue;
+                }
             };
             let read = KeyRow {
                 row,
@@ -471,6 +509,6 @@ async fn of_the_lane<H>(
             .and_then(|k| keys.get(k))
             .is_some_and(|row| not_done(entry, row))
     });
-    marks::mark_strangers(settings, &stranger_marks, now).await;
-    Ok(entries)
+    let marked = marks::mark_strangers(settings, &stranger_marks, now).await;
+    Ok((entries, all_marked && marked))
 }

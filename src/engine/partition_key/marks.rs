@@ -203,7 +203,7 @@ pub(super) async fn mark_strangers<H>(
     settings: &Settings<H>,
     strangers: &[(KeyRow, Position)],
     now: u64,
-) {
+) -> bool {
     let expires_at = (now / 1_000).saturating_add(settings.key_ttl.as_secs());
     let commits: Vec<(String, KeyCommit)> = strangers
         .iter()
@@ -217,7 +217,7 @@ pub(super) async fn mark_strangers<H>(
             "marking the partition keys of a skipped range that are neither the batch's nor its lane's, at their first record not done"
         );
     }
-    write_marks(settings.store.as_ref(), &commits).await;
+    write_marks(settings.store.as_ref(), &commits).await
 }
 
 /// The write that marks `row` at `first` (see [`held_mark`]), when its mark changes.

@@ -48,8 +48,10 @@
 //! next part starts (see `gaps::Lane`).
 //! With a record age told to the gate, a batch nearly as old as the limit is read from its keys'
 //! lowest checkpoint (when a mark proves a range too, from those of its keys whose lane has not
-//! read on in parts). The rules are in [`gap::keys`](crate::gap); the README's "Not covered"
-//! says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
+//! read on in parts); and the shard's open-marks row lists where its lanes were reported, so
+//! that a batch holding a key no row marks reads what a lane dropped after such a mark once it
+//! can have (see `open`). The rules are in [`gap::keys`](crate::gap) and `gap::open`; the
+//! README's "Not covered" says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
 //! that old.
 //!
 //! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
@@ -60,7 +62,9 @@
 //! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
 //! whose records were all duplicates and whose mark stays are not written. Each row written
 //! costs twice the write capacity of a plain write (transactions do); marking early costs one
-//! more write per 100 keys whose mark changes (none on a redelivery). A held batch costs a read
+//! more write per 100 keys whose mark changes (none on a redelivery). With a record age told,
+//! the shard's open-marks row is read with the keys' rows, and written once per failure at a
+//! record it does not list yet and after each reading for it. A held batch costs a read
 //! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
 //! one per page of `GetRecords`), one more `BatchGetItem` per 100 keys of the range outside
 //! the batch, one more for the lane's rows when marks proved it, and one more
@@ -101,6 +105,7 @@ mod finish;
 mod gaps;
 mod last_write;
 mod marks;
+mod open;
 mod rows;
 mod tail;
 #[cfg(feature = "dynamodb")]
@@ -109,7 +114,8 @@ mod transact;
 use commits::{AgedPart, Batch};
 use finish::finish;
 use gaps::Found;
-use rows::{RowsUnread, read_keys, run_by_key};
+use open::OpenMarks;
+use rows::{Read, RowsUnread, read_keys, run_by_key};
 
 /// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
 /// one shard's records in the partition-key mode.
@@ -128,18 +134,30 @@ pub(crate) async fn run_shard<H: Handler>(
     let held = tail::gate(settings, &key, invocation, &mut report.parents).await;
 
     // The rows of the batch's partition keys, and the shard's own, read at once.
-    let read = read_keys(settings.store.as_ref(), &key, &entries).await;
+    // With a record age told, the shard's open marks too.
+    let open_row = OpenMarks::row(settings, &key);
+    let read = read_keys(settings.store.as_ref(), &key, &entries, open_row).await;
     if let Some(held) = held {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
         // Marked at the batch's first record: a batch of the lane after the mapping gave up
         // on this one finds what it skipped.
-        if let (Ok((keys, _)), Some(first)) = (&read, entries.first()) {
-            marks::mark_held(settings, keys, &first.position(), invocation.now()).await;
+        if let (Ok(read), Some(first)) = (read, entries.first()) {
+            marks::mark_held(settings, &read.keys, &first.position(), invocation.now()).await;
+            if let Some(open) = read
+                .open
+                .and_then(|state| OpenMarks::new(settings, &key, state))
+            {
+                open::open(settings, &open, first, invocation.now()).await;
+            }
         }
         return stop_all(report, &entries, StopReason::Held(held));
     }
-    let (mut keys, shard_row) = match read {
-        Ok(read) => read,
+    let (mut keys, shard_row, open) = match read {
+        Ok(Read { keys, shard, open }) => (
+            keys,
+            shard,
+            open.and_then(|state| OpenMarks::new(settings, &key, state)),
+        ),
         Err(RowsUnread::Store(error)) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
             return stop_all(report, &entries, StopReason::Store(error.to_string()));
@@ -183,6 +201,7 @@ pub(crate) async fn run_shard<H: Handler>(
         &mut keys,
         shard_checkpoint.as_ref(),
         invocation,
+        open.as_ref(),
     )
     .await;
     let Found {
@@ -191,6 +210,8 @@ pub(crate) async fn run_shard<H: Handler>(
         read_to,
         gap,
         lane,
+        open_read,
+        aged,
     } = match found {
         Ok(found) => found,
         Err(unread) => {
@@ -200,6 +221,9 @@ pub(crate) async fn run_shard<H: Handler>(
             // if the mapping gives up on this one (with no retries it delivers it only once).
             if let Some(first) = entries.first() {
                 marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
+                if let Some(open) = &open {
+                    open::open(settings, open, first, invocation.now()).await;
+                }
             }
             let mut report = stop_all(report, &entries, reason);
             report.gap = Some(gap);
@@ -257,8 +281,10 @@ pub(crate) async fn run_shard<H: Handler>(
             unread.clone().filter(|_| lane.is_some())
         }
     };
+    // (Not a part read for the shard's open marks alone: it started at a mark, not at the
+    // keys' checkpoints, so it says nothing of their records before it.)
     let aged_part = read_to
-        .filter(|_| lane.is_none() && unread.is_some())
+        .filter(|_| aged && unread.is_some())
         .map(|through| AgedPart { through, recovered });
     // A range read in part: the lane's keys keep the marks that proved it, and its rows say
     // where the next part starts.
@@ -301,6 +327,23 @@ pub(crate) async fn run_shard<H: Handler>(
         refused.is_empty(),
     ) {
         gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
+    }
+    if let Some(open) = &open {
+        // Once every key's row is written: where the reading for the open marks stopped.
+        if let (true, true, Some(first)) = (open_read, refused.is_empty(), entries.get(recovered)) {
+            let through = unread.clone().unwrap_or_else(|| first.position());
+            open::advance(settings, open, &through, unread.is_none(), invocation.now()).await;
+        }
+        // The record Lambda delivers the lane from again, which the mapping may give up on.
+        let lowest = run.lowest_not_done();
+        let reported = if pending(&run).is_some() {
+            entries.get(recovered)
+        } else {
+            entries.get(lowest)
+        };
+        if let Some(reported) = reported {
+            open::open(settings, open, reported, invocation.now()).await;
+        }
     }
     // A range read in part only because the batch was old (no mark proved it): its keys are
     // marked at its first record not done (one of theirs) or, the part done whole, at the

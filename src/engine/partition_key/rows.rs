@@ -25,13 +25,22 @@ pub(super) enum RowsUnread {
     Checkpoint(LeaseKey, crate::sequence::SequenceError),
 }
 
-/// Reads the rows of the partition keys of `entries` (by the key Kinesis routed by) and the
-/// shard's own row, in one [`CheckpointStore::read_rows`].
+/// The rows read before a batch runs: its keys', the shard's own, and the shard's open-marks
+/// row when one was asked for.
+pub(super) struct Read {
+    pub(super) keys: HashMap<String, KeyRow>,
+    pub(super) shard: LeaseState,
+    pub(super) open: Option<LeaseState>,
+}
+
+/// Reads the rows of the partition keys of `entries` (by the key Kinesis routed by), the
+/// shard's own row and the `open` row if any, in one [`CheckpointStore::read_rows`].
 pub(super) async fn read_keys(
     store: &dyn CheckpointStore,
     key: &LeaseKey,
     entries: &[Entry],
-) -> Result<(HashMap<String, KeyRow>, LeaseState), RowsUnread> {
+    open: Option<LeaseKey>,
+) -> Result<Read, RowsUnread> {
     let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::routing_key).collect();
     partition_keys.sort_unstable();
     partition_keys.dedup();
@@ -42,6 +51,8 @@ pub(super) async fn read_keys(
     // A container consumer sharing the table (the seed crate's, which keys by `stream:shard`)
     // may hold the shard's lease or have checkpointed it.
     rows.push(key.clone());
+    let asks_open = open.is_some();
+    rows.extend(open);
     // Read again once after a failure (a throttle refuses one request): a batch that runs
     // nothing leaves no mark, and the mapping may give up on it.
     let mut states = match store.read_rows(&rows).await {
@@ -51,6 +62,10 @@ pub(super) async fn read_keys(
             store.read_rows(&rows).await.map_err(RowsUnread::Store)?
         }
     };
+    let open = asks_open.then(|| {
+        rows.pop();
+        states.pop().unwrap_or_default()
+    });
     rows.pop();
     let shard_row = states.pop().unwrap_or_default();
     let mut keys = HashMap::with_capacity(rows.len());
@@ -69,7 +84,11 @@ pub(super) async fn read_keys(
             },
         );
     }
-    Ok((keys, shard_row))
+    Ok(Read {
+        keys,
+        shard: shard_row,
+        open,
+    })
 }
 
 /// Runs `entries` per partition key, in order per key, against the keys' rows as read: a

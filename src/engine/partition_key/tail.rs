@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use super::commits::Batch;
 use super::finish::finish;
 use super::last_write;
-use super::rows::{read_keys, run_by_key};
+use super::rows::{Read, read_keys, run_by_key};
 use crate::engine::attempt::Runner;
 use crate::engine::batch::Entry;
 use crate::engine::invocation::{Invocation, LeaseWatch};
@@ -291,7 +291,8 @@ async fn run_keys<H: Handler>(
     (invocation, lease): (&Invocation, &LeaseWatch),
 ) -> Option<ShardReport> {
     let shard_checkpoint = row.position().ok().flatten();
-    let Ok((keys, _)) = read_keys(settings.store.as_ref(), parent, entries).await else {
+    let Ok(Read { keys, .. }) = read_keys(settings.store.as_ref(), parent, entries, None).await
+    else {
         tracing::warn!(
             parent = parent.shard(),
             "could not read the closed parent's keys' rows; the child stays held"

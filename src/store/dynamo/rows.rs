@@ -8,10 +8,10 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
 use super::DynamoLeaseStore;
-use super::conversion::state_of;
+use super::conversion::{open_member, state_of};
 use super::expressions::failing_item;
 use super::expressions::{Clauses, position_clauses};
-use super::schema::{FAILING, KEY, REPORTED};
+use super::schema::{FAILING, KEY, OPEN_MARKS, REPORTED};
 use crate::key::LeaseKey;
 use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, ReportedChange, RowForm};
 
@@ -49,6 +49,18 @@ impl DynamoLeaseStore {
                 values.insert(
                     ":reported".to_owned(),
                     AttributeValue::S(position.to_string()),
+                );
+            }
+        }
+        match commit.open_marks.as_deref() {
+            None => {}
+            // A string set cannot be empty.
+            Some([]) => clauses.remove.push(OPEN_MARKS),
+            Some(open_marks) => {
+                clauses.set.push("open_marks = :open");
+                values.insert(
+                    ":open".to_owned(),
+                    AttributeValue::Ss(open_marks.iter().map(open_member).collect()),
                 );
             }
         }

@@ -21,6 +21,9 @@ pub(super) const REPORTED: &str = "reported";
 pub(super) const CONTENDED: &str = "contended";
 /// The `contended` mark the toolkit's own last write passed; other writers ignore it.
 pub(super) const CONTENDED_DONE: &str = "contended_done";
+/// The partition-key mode's open marks, on a shard's `#open` row only: a string set of
+/// `position@arrival` (epoch milliseconds).
+pub(super) const OPEN_MARKS: &str = "open_marks";
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 pub(super) const TAKEABLE: &str =
