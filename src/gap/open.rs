@@ -21,9 +21,11 @@
 //!   last such reading stopped, up to its first record: its keys' records found there run first,
 //!   and every other key not done there is marked at its first record not done, as for a proven
 //!   range, so that its next batch proves the range itself.
-//! - **When a mark goes** ([`still_open`]): once a batch delivered more than the limit plus the
-//!   longest batching window and invocation (20 minutes) after the marked record arrived has
-//!   read up to its first record. Every record dropped after the mark was dropped by then, so it
+//! - **When a mark goes**: when the lane's next batch starts at the mark and goes past it while
+//!   the marked record is less than half the limit old (the mapping delivered it again rather
+//!   than give up on it, and nothing after it is near the limit); or ([`still_open`]) once a
+//!   batch delivered more than the limit plus the longest batching window and invocation (20
+//!   minutes) after the marked record arrived has read up to its first record. Every record dropped after the mark was dropped by then, so it
 //!   arrived more than the limit before that batch, and that batch's first record, which the
 //!   mapping delivered, did not: it lies after them all.
 

@@ -143,16 +143,16 @@ pub(crate) async fn run_shard<H: Handler>(
         // on this one finds what it skipped.
         if let (Ok(read), Some(first)) = (read, entries.first()) {
             marks::mark_held(settings, &read.keys, &first.position(), invocation.now()).await;
-            if let Some(open) = read
+            if let Some(mut open) = read
                 .open
                 .and_then(|state| OpenMarks::new(settings, &key, state))
             {
-                open::open(settings, &open, first, invocation.now()).await;
+                open::open(settings, &mut open, first, invocation.now()).await;
             }
         }
         return stop_all(report, &entries, StopReason::Held(held));
     }
-    let (mut keys, shard_row, open) = match read {
+    let (mut keys, shard_row, mut open) = match read {
         Ok(Read { keys, shard, open }) => (
             keys,
             shard,
@@ -221,7 +221,7 @@ pub(crate) async fn run_shard<H: Handler>(
             // if the mapping gives up on this one (with no retries it delivers it only once).
             if let Some(first) = entries.first() {
                 marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
-                if let Some(open) = &open {
+                if let Some(open) = &mut open {
                     open::open(settings, open, first, invocation.now()).await;
                 }
             }
@@ -328,21 +328,22 @@ pub(crate) async fn run_shard<H: Handler>(
     ) {
         gaps::advance_lane(settings, &key, lane, &progress, invocation.now()).await;
     }
-    if let Some(open) = &open {
+    if let Some(open) = &mut open {
         // Once every key's row is written: where the reading for the open marks stopped.
         if let (true, true, Some(first)) = (open_read, refused.is_empty(), entries.get(recovered)) {
             let through = unread.clone().unwrap_or_else(|| first.position());
             open::advance(settings, open, &through, unread.is_none(), invocation.now()).await;
         }
-        // The record Lambda delivers the lane from again, which the mapping may give up on.
+        // The record Lambda delivers the lane from again, which the mapping may give up on (at
+        // most the batch's first when a key's row was refused: its records come again).
         let lowest = run.lowest_not_done();
-        let reported = if pending(&run).is_some() {
+        let reported = if pending(&run).is_some() || !refused.is_empty() {
             entries.get(recovered)
         } else {
             entries.get(lowest)
         };
-        if let Some(reported) = reported {
-            open::open(settings, open, reported, invocation.now()).await;
+        if let Some(first) = entries.get(recovered) {
+            open::after_batch(settings, open, first, reported, invocation.now()).await;
         }
     }
     // A range read in part only because the batch was old (no mark proved it): its keys are

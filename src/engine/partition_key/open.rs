@@ -68,20 +68,51 @@ impl OpenMarks {
 
 /// Lists `at` (the record a lane was reported or held at) among the open marks, when it is not
 /// yet: one write. An entry with no arrival (a malformed record) is not listed.
-pub(super) async fn open<H>(settings: &Settings<H>, marks: &OpenMarks, at: &Entry, now: u64) {
-    let Some(arrival) = arrival(at) else {
-        return;
-    };
-    let mark = OpenMark::new(at.position(), arrival);
-    let add = |state: &LeaseState| {
-        (!state.open_marks.iter().any(|open| open.mark == mark.mark)).then(|| {
-            let mut open = state.open_marks.clone();
+pub(super) async fn open<H>(settings: &Settings<H>, marks: &mut OpenMarks, at: &Entry, now: u64) {
+    settle(settings, marks, None, Some(at), now).await;
+}
+
+/// After a batch starting at `first` ran, with Lambda to deliver its lane again from `reported`
+/// (if from anywhere): a mark at `first` that the batch went past goes, when `first` is young
+/// (less than half the limit old), since the lane delivered its mark again rather than give up
+/// on it and nothing after it is near the limit; and `reported` is listed, when it is not yet.
+/// At most one write.
+pub(super) async fn after_batch<H>(
+    settings: &Settings<H>,
+    marks: &mut OpenMarks,
+    first: &Entry,
+    reported: Option<&Entry>,
+    now: u64,
+) {
+    let start = first.position();
+    let went_past = reported.is_none_or(|reported| reported.position() > start);
+    let young = arrival(first)
+        .is_some_and(|arrival| now.saturating_sub(arrival).saturating_mul(2) < marks.limit);
+    let passed = (went_past && young).then_some(&start);
+    settle(settings, marks, passed, reported, now).await;
+}
+
+/// Removes the mark at `passed` and lists `at`, each when given; writes only a change.
+async fn settle<H>(
+    settings: &Settings<H>,
+    marks: &mut OpenMarks,
+    passed: Option<&Position>,
+    at: Option<&Entry>,
+    now: u64,
+) {
+    let mark = at.and_then(|at| Some(OpenMark::new(at.position(), arrival(at)?)));
+    let change = |state: &LeaseState| {
+        let mut open = state.open_marks.clone();
+        open.retain(|open| Some(&open.mark) != passed);
+        if let Some(mark) = &mark
+            && !open.iter().any(|open| open.mark == mark.mark)
+        {
             open.push(mark.clone());
             open.sort();
-            (open, ReportedChange::Keep)
-        })
+        }
+        (open != state.open_marks).then_some((open, ReportedChange::Keep))
     };
-    write(settings, marks, now, add).await;
+    write(settings, marks, now, change).await;
 }
 
 /// After a reading for the open marks that reached `through` (the first record it did not
@@ -89,13 +120,13 @@ pub(super) async fn open<H>(settings: &Settings<H>, marks: &OpenMarks, at: &Entr
 /// read up to the batch, the marks settled by it go (see [`still_open`]). One write.
 pub(super) async fn advance<H>(
     settings: &Settings<H>,
-    marks: &OpenMarks,
+    marks: &mut OpenMarks,
     through: &Position,
     complete: bool,
     now: u64,
 ) {
     let limit = marks.limit;
-    let settle = |state: &LeaseState| {
+    let read_on = |state: &LeaseState| {
         let open = if complete {
             still_open(&state.open_marks, through, (now, limit))
         } else {
@@ -107,14 +138,15 @@ pub(super) async fn advance<H>(
         };
         (open != state.open_marks || progress != ReportedChange::Keep).then_some((open, progress))
     };
-    write(settings, marks, now, settle).await;
+    write(settings, marks, now, read_on).await;
 }
 
 /// Writes the change `change` makes of the row's state (none: nothing to write), expecting the
-/// counter read; refused, reads the row again and writes the change of that once more.
+/// counter read; refused, reads the row again and writes the change of that once more. The
+/// state written is kept in `marks`, so that a later write expects it.
 async fn write<H>(
     settings: &Settings<H>,
-    marks: &OpenMarks,
+    marks: &mut OpenMarks,
     now: u64,
     change: impl Fn(&LeaseState) -> Option<(Vec<OpenMark>, ReportedChange)>,
 ) {
@@ -126,11 +158,20 @@ async fn write<H>(
             return;
         };
         let mut commit = KeyCommit::new(marks.row.clone(), state.lease_counter);
-        commit.open_marks = Some(open);
-        commit.reported = progress;
+        commit.open_marks = Some(open.clone());
+        commit.reported = progress.clone();
         commit.expires_at = Some(expires_at.max(state.expires_at.unwrap_or(0)));
         match store.commit_rows(&[commit]).await {
-            Ok(written) if written.first() == Some(&true) => return,
+            Ok(written) if written.first() == Some(&true) => {
+                state.open_marks = open;
+                if let ReportedChange::Set(progress) = progress {
+                    state.reported = Some(progress);
+                }
+                state.expires_at = Some(expires_at.max(state.expires_at.unwrap_or(0)));
+                state.lease_counter += 1;
+                marks.state = state;
+                return;
+            }
             Ok(_) if !again => {}
             Ok(_) => {
                 tracing::warn!(row = %marks.row, "the shard's open marks were written meanwhile, twice; not written");
