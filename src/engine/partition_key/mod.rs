@@ -51,8 +51,8 @@
 //! read on in parts); and the shard's open-marks row lists where its lanes were reported, so
 //! that a batch holding a key no row marks reads what a lane dropped after such a mark once it
 //! can have (see `open`). The rules are in [`gap::keys`](crate::gap) and `gap::open`; the
-//! README's "Not covered" says what no row can prove. No Kinesis call is made unless a row proves a gap or the batch is
-//! that old.
+//! README's "Not covered" says what no row can prove. No Kinesis call is made unless a row
+//! proves a gap, the batch is that old, or an open mark asks it to read.
 //!
 //! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
 //! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
@@ -64,7 +64,8 @@
 //! costs twice the write capacity of a plain write (transactions do); marking early costs one
 //! more write per 100 keys whose mark changes (none on a redelivery). With a record age told,
 //! the shard's open-marks row is read with the keys' rows, and written once per failure at a
-//! record it does not list yet and after each reading for it. A held batch costs a read
+//! record it does not list yet, once when a young retry goes past it, and after each reading
+//! for it. A held batch costs a read
 //! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
 //! one per page of `GetRecords`), one more `BatchGetItem` per 100 keys of the range outside
 //! the batch, one more for the lane's rows when marks proved it, and one more
@@ -115,7 +116,7 @@ use commits::{AgedPart, Batch};
 use finish::finish;
 use gaps::Found;
 use open::OpenMarks;
-use rows::{Read, RowsUnread, read_keys, run_by_key};
+use rows::{RowsUnread, read_keys, run_by_key};
 
 /// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
 /// one shard's records in the partition-key mode.
@@ -136,28 +137,28 @@ pub(crate) async fn run_shard<H: Handler>(
     // The rows of the batch's partition keys, and the shard's own, read at once.
     // With a record age told, the shard's open marks too.
     let open_row = OpenMarks::row(settings, &key);
-    let read = read_keys(settings.store.as_ref(), &key, &entries, open_row).await;
+    let read = read_keys(settings.store.as_ref(), &key, &entries, open_row)
+        .await
+        .map(|read| {
+            let open = read
+                .open
+                .and_then(|state| OpenMarks::new(settings, &key, state));
+            (read.keys, read.shard, open)
+        });
     if let Some(held) = held {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
         // Marked at the batch's first record: a batch of the lane after the mapping gave up
         // on this one finds what it skipped.
-        if let (Ok(read), Some(first)) = (read, entries.first()) {
-            marks::mark_held(settings, &read.keys, &first.position(), invocation.now()).await;
-            if let Some(mut open) = read
-                .open
-                .and_then(|state| OpenMarks::new(settings, &key, state))
-            {
+        if let (Ok((keys, _, open)), Some(first)) = (read, entries.first()) {
+            marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
+            if let Some(mut open) = open {
                 open::open(settings, &mut open, first, invocation.now()).await;
             }
         }
         return stop_all(report, &entries, StopReason::Held(held));
     }
     let (mut keys, shard_row, mut open) = match read {
-        Ok(Read { keys, shard, open }) => (
-            keys,
-            shard,
-            open.and_then(|state| OpenMarks::new(settings, &key, state)),
-        ),
+        Ok(read) => read,
         Err(RowsUnread::Store(error)) => {
             tracing::error!(%error, "could not read the partition keys' rows; processing nothing");
             return stop_all(report, &entries, StopReason::Store(error.to_string()));
