@@ -10,7 +10,6 @@
 //! [`Record`], has its own module, which knows nothing of the event: records also come from
 //! KPL aggregates, local sources and tests.
 
-use std::ops::Range;
 use std::time::SystemTime;
 
 mod lambda;
@@ -193,53 +192,37 @@ pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
     (parsed, aggregates)
 }
 
-/// Every record of a batch names the same stream and shard: read the stream's name out of its
-/// ARN and build their key once, not for every record.
+/// Every record of a batch names the same stream and shard: read the key out of the first
+/// record's `eventSourceARN` and `eventID`, and for each later one only check that it names the
+/// same (its ARN compared whole, its event id's start compared with the shard), rather than
+/// reading the stream's name out of every ARN and comparing the key's two parts again.
 #[derive(Default)]
 struct KeyCache {
-    last: Option<LeaseKey>,
-    /// The last `eventSourceARN` read, and where the stream's name lies in it.
-    arn: Option<(String, Option<Range<usize>>)>,
+    /// The last `eventSourceARN` read and the key it and its record's event id named.
+    last: Option<(String, LeaseKey)>,
 }
 
 impl KeyCache {
-    fn key(&mut self, stream: &str, shard: &str) -> LeaseKey {
-        match &self.last {
-            Some(key) if key.stream() == stream && key.shard() == shard => key.clone(),
-            _ => self.last.insert(LeaseKey::new(stream, shard)).clone(),
-        }
-    }
-
-    /// [`shard_id`] of `event_id`, found by comparing it with the last key's shard rather than
-    /// by searching it for its colon: every record of a batch names the same shard, and a
-    /// shard id holds no colon, so one that `event_id` starts with, followed by its colon, is
-    /// the one `shard_id` would read.
-    fn shard_id<'a>(&self, event_id: &'a str) -> Option<&'a str> {
-        if let Some(last) = &self.last {
-            let shard = last.shard();
+    /// The key of a record of `arn` whose event id is `event_id`; `None` when either cannot be
+    /// read (what [`stream_name`] and [`shard_id`] refuse).
+    fn key(&mut self, arn: Option<&str>, event_id: Option<&str>) -> Option<LeaseKey> {
+        let (arn, event_id) = (arn?, event_id?);
+        if let Some((last_arn, key)) = &self.last {
+            // A shard id holds no colon, so an event id that starts with the last shard's id
+            // followed by its colon (and something after it) is one `shard_id` reads as that
+            // shard.
+            let shard = key.shard();
             if event_id.len() > shard.len() + 1
                 && event_id.as_bytes()[shard.len()] == b':'
                 && event_id.starts_with(shard)
+                && last_arn == arn
             {
-                return Some(&event_id[..shard.len()]);
+                return Some(key.clone());
             }
         }
-        shard_id(event_id)
-    }
-
-    /// [`stream_name`] of `arn`, read again only when the ARN differs from the last one.
-    fn stream_name<'a>(&mut self, arn: &'a str) -> Option<&'a str> {
-        let name = match &self.arn {
-            Some((last, name)) if last == arn => name.clone(),
-            _ => {
-                let name = stream_name(arn).map(|name| {
-                    let start = name.as_ptr().addr() - arn.as_ptr().addr();
-                    start..start + name.len()
-                });
-                self.arn.insert((arn.to_owned(), name)).1.clone()
-            }
-        };
-        name.map(|range| &arn[range])
+        let key = LeaseKey::new(stream_name(arn)?, shard_id(event_id)?);
+        self.last = Some((arn.to_owned(), key.clone()));
+        Some(key)
     }
 }
 
@@ -248,20 +231,18 @@ fn parse_record(
     record: &mut KinesisEventRecord,
     keys: &mut KeyCache,
 ) -> Result<Arrived, Box<MalformedRecord>> {
-    let stream = record
-        .event_source_arn
-        .as_deref()
-        .and_then(|arn| keys.stream_name(arn));
-    let shard = record
-        .event_id
-        .as_deref()
-        .and_then(|event_id| keys.shard_id(event_id));
+    let arn = record.event_source_arn.as_deref();
+    let event_id = record.event_id.as_deref();
+    let key = keys.key(arn, event_id);
+    // Read again only for a record that cannot be processed, to say what it names.
+    let stream = || arn.and_then(stream_name);
+    let shard = || event_id.and_then(shard_id);
     let kinesis = &mut record.kinesis;
     let malformed = |reason| {
         Box::new(MalformedRecord {
             index,
-            stream: stream.map(str::to_owned),
-            shard: shard.map(str::to_owned),
+            stream: stream().map(str::to_owned),
+            shard: shard().map(str::to_owned),
             sequence: Some(kinesis.sequence_number.clone()).filter(|s| !s.is_empty()),
             reason,
         })
@@ -270,16 +251,16 @@ fn parse_record(
         Ok(sequence) => sequence,
         Err(err) => return Err(malformed(MalformedReason::Sequence(err))),
     };
-    let Some(stream) = stream else {
-        return Err(malformed(MalformedReason::SourceArn(
-            record.event_source_arn.clone(),
-        )));
-    };
-    let Some(shard) = shard else {
-        return Err(malformed(MalformedReason::EventId(record.event_id.clone())));
+    let Some(key) = key else {
+        let reason = if stream().is_none() {
+            MalformedReason::SourceArn(record.event_source_arn.clone())
+        } else {
+            MalformedReason::EventId(record.event_id.clone())
+        };
+        return Err(malformed(reason));
     };
     Ok(Arrived {
-        key: keys.key(stream, shard),
+        key,
         sequence,
         // Both taken from the event rather than copied or wrapped: no block is allocated for
         // either (a `Bytes` made from a vector with spare capacity allocates a shared header;

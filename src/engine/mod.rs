@@ -58,7 +58,7 @@ use crate::report::{BatchReport, ShardReport, StopReason};
 /// number that no report covers: the whole batch must fail from it.
 pub(crate) async fn run<H: Handler>(
     settings: &Settings<H>,
-    mut event: KinesisEvent,
+    event: &mut KinesisEvent,
     context: &Context,
 ) -> (BatchReport, Option<MalformedRecord>) {
     let started = settings.meter.as_ref().map(|meter| meter.begin());
@@ -69,7 +69,7 @@ pub(crate) async fn run<H: Handler>(
         time_left_ms = invocation.time_left().map(|left| left.as_millis()),
         "batch received"
     );
-    let (parsed, aggregates) = parse_event(&mut event);
+    let (parsed, aggregates) = parse_event(event);
     let (mut groups, orphans, unreportable) = group(parsed);
     if settings.deaggregate && aggregates {
         for group in &mut groups {
