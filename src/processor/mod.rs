@@ -363,10 +363,10 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
             .await
             .map(|report| report.response());
         // The report (the records, their payloads and the block that holds them) is freed
-        // before what is left of the event (a dozen small strings per record): freed after
-        // them, its payloads would make glibc sort all those strings out of its fast bins once
-        // more (a fifth of what the processor adds per record at 100 records; BENCHMARKS.md,
-        // section 1).
+        // before what is left of the event (a dozen small strings per record). Freed after
+        // those strings, the payloads would make glibc sort them all out of its fast bins once
+        // more: a fifth of what the processor added per record at 100 records (BENCHMARKS.md,
+        // section 1, seventh round).
         drop(event);
         response
     }
