@@ -25,9 +25,10 @@
 //!   the marked record is less than half the limit old (the mapping delivered it again rather
 //!   than give up on it, and nothing after it is near the limit); or ([`still_open`]) once a
 //!   batch delivered more than the limit plus the longest batching window and invocation (20
-//!   minutes) after the marked record arrived has read up to its first record. Every record dropped after the mark was dropped by then, so it
-//!   arrived more than the limit before that batch, and that batch's first record, which the
-//!   mapping delivered, did not: it lies after them all.
+//!   minutes) after the marked record arrived has read up to its first record. Every record
+//!   dropped after the mark was dropped by then, so it arrived more than the limit before that
+//!   batch, and that batch's first record, which the mapping delivered, did not: it lies after
+//!   them all.
 
 use crate::key::LeaseKey;
 use crate::sequence::{Position, ReadFrom, SkippedRange};

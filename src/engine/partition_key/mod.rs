@@ -65,11 +65,10 @@
 //! more write per 100 keys whose mark changes (none on a redelivery). With a record age told,
 //! the shard's open-marks row is read with the keys' rows, and written once per failure at a
 //! record it does not list yet, once when a young retry goes past it, and after each reading
-//! for it. A held batch costs a read
-//! of its keys' rows, and a write when a mark changes. A gap costs its reading (two requests and
-//! one per page of `GetRecords`), one more `BatchGetItem` per 100 keys of the range outside
-//! the batch, one more for the lane's rows when marks proved it, and one more
-//! `TransactWriteItems` per part but the last of a range read in parts.
+//! for it. A held batch costs a read of its keys' rows, and a write when a mark changes. A gap
+//! costs its reading (two requests and one per page of `GetRecords`), one more `BatchGetItem`
+//! per 100 keys of the range outside the batch, one more for the lane's rows when marks proved
+//! it, and one more `TransactWriteItems` per part but the last of a range read in parts.
 //!
 //! **Rows** expire ([`Processor::key_ttl`](crate::Processor::key_ttl), by default 8 days, for a
 //! stream retention of 7) after their last write: a key silent for longer than the stream

@@ -157,17 +157,19 @@ async fn write<H>(
         let Some((open, progress)) = change(&state) else {
             return;
         };
+        // Never shortened: the row outlives the latest mark written to it.
+        let expires = Some(expires_at.max(state.expires_at.unwrap_or(0)));
         let mut commit = KeyCommit::new(marks.row.clone(), state.lease_counter);
         commit.open_marks = Some(open.clone());
         commit.reported = progress.clone();
-        commit.expires_at = Some(expires_at.max(state.expires_at.unwrap_or(0)));
+        commit.expires_at = expires;
         match store.commit_rows(&[commit]).await {
             Ok(written) if written.first() == Some(&true) => {
                 state.open_marks = open;
                 if let ReportedChange::Set(progress) = progress {
                     state.reported = Some(progress);
                 }
-                state.expires_at = Some(expires_at.max(state.expires_at.unwrap_or(0)));
+                state.expires_at = expires;
                 state.lease_counter += 1;
                 marks.state = state;
                 return;
