@@ -10,7 +10,8 @@ use std::sync::Arc;
 /// The name one shard's lease and checkpoint live under: the stream and the shard id.
 ///
 /// Every stream's first shard is `shardId-000000000000`, so a store keys by both, and one table
-/// serves every stream. Both parts are shared: each record of a batch carries its key.
+/// serves every stream. The key is shared: each record of a batch carries its key, and a clone
+/// is one reference count.
 ///
 /// # Examples
 ///
@@ -21,10 +22,15 @@ use std::sync::Arc;
 /// assert_eq!(key.stream(), "orders");
 /// assert_eq!(key.to_string(), "orders:shardId-000000000003");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 pub struct LeaseKey {
-    stream: Arc<str>,
-    shard: Arc<str>,
+    /// `stream:shard`, in one shared block: a record's key is cloned when the record is read
+    /// and released with it, and with two blocks (stream and shard) that was four atomic
+    /// reference counts per record (BENCHMARKS.md, section 1).
+    joined: Arc<str>,
+    /// Where the stream ends in `joined`: the colon's index. The shard may hold colons (a
+    /// partition key's row, see [`row_key`]), the stream never.
+    stream_len: usize,
 }
 
 impl LeaseKey {
@@ -36,10 +42,15 @@ impl LeaseKey {
     /// assert_eq!(key.shard(), "shardId-000000000000");
     /// ```
     #[must_use]
-    pub fn new(stream: impl Into<Arc<str>>, shard: impl Into<Arc<str>>) -> Self {
+    pub fn new(stream: impl AsRef<str>, shard: impl AsRef<str>) -> Self {
+        let (stream, shard) = (stream.as_ref(), shard.as_ref());
+        let mut joined = String::with_capacity(stream.len() + 1 + shard.len());
+        joined.push_str(stream);
+        joined.push(':');
+        joined.push_str(shard);
         Self {
-            stream: stream.into(),
-            shard: shard.into(),
+            joined: Arc::from(joined),
+            stream_len: stream.len(),
         }
     }
 
@@ -51,7 +62,7 @@ impl LeaseKey {
     /// ```
     #[must_use]
     pub fn stream(&self) -> &str {
-        &self.stream
+        &self.joined[..self.stream_len]
     }
 
     /// The shard id, unique within its stream only.
@@ -62,7 +73,50 @@ impl LeaseKey {
     /// ```
     #[must_use]
     pub fn shard(&self) -> &str {
-        &self.shard
+        &self.joined[self.stream_len + 1..]
+    }
+}
+
+/// Equal by their text. The records of one event share their key (the event's reader reads
+/// each key once), so two keys holding the same block are equal without comparing text:
+/// grouping an event compares every record's key with its group's, and comparing the text was
+/// most of it (BENCHMARKS.md, section 1).
+impl PartialEq for LeaseKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.joined, &other.joined)
+            || (self.stream_len == other.stream_len && self.joined == other.joined)
+    }
+}
+
+impl Eq for LeaseKey {}
+
+/// Hashed by its text, as [`PartialEq`] compares it.
+impl std::hash::Hash for LeaseKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.stream().hash(state);
+        self.shard().hash(state);
+    }
+}
+
+/// Ordered by stream, then shard.
+impl Ord for LeaseKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.stream(), self.shard()).cmp(&(other.stream(), other.shard()))
+    }
+}
+
+impl PartialOrd for LeaseKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseKey")
+            .field("stream", &self.stream())
+            .field("shard", &self.shard())
+            .finish()
     }
 }
 
@@ -70,7 +124,7 @@ impl LeaseKey {
 /// is unambiguous.
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.stream, self.shard)
+        f.write_str(&self.joined)
     }
 }
 
@@ -87,4 +141,37 @@ impl fmt::Display for LeaseKey {
 #[must_use]
 pub fn row_key(shard: &LeaseKey, partition_key: &str) -> LeaseKey {
     LeaseKey::new(shard.stream(), format!("{}:{partition_key}", shard.shard()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_equal_by_their_text_whether_or_not_they_share_it() {
+        let key = LeaseKey::new("orders", "shardId-000000000001");
+        let shared = key.clone();
+        let spelled_again = LeaseKey::new("orders", "shardId-000000000001");
+        assert_eq!(key, shared);
+        assert_eq!(key, spelled_again);
+        assert_ne!(key, LeaseKey::new("orders", "shardId-000000000002"));
+        assert_ne!(key, LeaseKey::new("payments", "shardId-000000000001"));
+        // The same text split elsewhere is another key.
+        assert_ne!(LeaseKey::new("a", "b:c"), LeaseKey::new("a:b", "c"));
+    }
+
+    #[test]
+    fn a_key_reads_back_its_parts_and_orders_by_stream_then_shard() {
+        let key = LeaseKey::new("orders", "shardId-000000000001:customer-7");
+        assert_eq!(key.stream(), "orders");
+        assert_eq!(key.shard(), "shardId-000000000001:customer-7");
+        assert_eq!(key.to_string(), "orders:shardId-000000000001:customer-7");
+        assert_eq!(
+            format!("{key:?}"),
+            r#"LeaseKey { stream: "orders", shard: "shardId-000000000001:customer-7" }"#
+        );
+        // By the parts, not the joined text: '-' sorts before ':'.
+        assert!(LeaseKey::new("a", "z") < LeaseKey::new("a-b", "a"));
+        assert!(LeaseKey::new("a", "a") < LeaseKey::new("a", "b"));
+    }
 }

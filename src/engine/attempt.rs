@@ -109,10 +109,22 @@ impl<H: Handler> Runner<'_, H> {
             return Err(StopReason::Deadline);
         }
         let stop_at = time_left.map(|left| now.saturating_add(millis(left)));
-        let (called, writes) = self.call_staging(record, stop_at).await;
+        // The call awaited here rather than in a function of its own: a future fewer around
+        // every record's call (BENCHMARKS.md, section 1). A transactional handler's writes come
+        // back beside its outcome.
+        let call = self.call(record.clone(), stop_at);
+        #[cfg(feature = "dynamodb")]
+        let (called, writes) = if settings.transactional {
+            crate::effects::staging(call).await
+        } else {
+            (call.await, None)
+        };
+        #[cfg(not(feature = "dynamodb"))]
+        let (called, writes) = (call.await, None::<()>);
         let (reason, rejected) = match called {
             Ok(Outcome::Ack) => {
-                if let Some(reason) = self.keep(record, writes) {
+                // Most handlers stage nothing: `keep` is called only for writes.
+                if let Some(reason) = writes.and_then(|writes| self.keep(record, writes)) {
                     return self.failed(record, reason, false, failing).await;
                 }
                 failing.succeeded(record);
@@ -137,35 +149,10 @@ impl<H: Handler> Runner<'_, H> {
         self.failed(record, reason, rejected, failing).await
     }
 
-    /// Calls the handler; a transactional one's writes come back beside its outcome.
-    #[cfg(feature = "dynamodb")]
-    async fn call_staging(
-        &self,
-        record: &Record,
-        stop_at: Option<u64>,
-    ) -> (Result<Outcome, StopReason>, Option<crate::effects::Writes>) {
-        if self.settings.transactional {
-            crate::effects::staging(self.call(record.clone(), stop_at)).await
-        } else {
-            (self.call(record.clone(), stop_at).await, None)
-        }
-    }
-
-    /// Calls the handler.
-    #[cfg(not(feature = "dynamodb"))]
-    async fn call_staging(
-        &self,
-        record: &Record,
-        stop_at: Option<u64>,
-    ) -> (Result<Outcome, StopReason>, Option<()>) {
-        (self.call(record.clone(), stop_at).await, None)
-    }
-
     /// Keeps the writes of a done `record` for the commit; or, where nothing would commit
     /// them, says why the record is not done (its writes are never dropped).
     #[cfg(feature = "dynamodb")]
-    fn keep(&self, record: &Record, writes: Option<crate::effects::Writes>) -> Option<StopReason> {
-        let writes = writes?;
+    fn keep(&self, record: &Record, writes: crate::effects::Writes) -> Option<StopReason> {
         let Some(staged) = self.staged else {
             return Some(StopReason::Retry(
                 "this mode cannot commit a transactional handler's writes with its checkpoint"
@@ -182,7 +169,7 @@ impl<H: Handler> Runner<'_, H> {
     /// Nothing to keep without transactions.
     #[cfg(not(feature = "dynamodb"))]
     #[allow(clippy::unused_self, reason = "the same call as with transactions")]
-    const fn keep(&self, _: &Record, _: Option<()>) -> Option<StopReason> {
+    const fn keep(&self, _: &Record, (): ()) -> Option<StopReason> {
         None
     }
 
@@ -266,25 +253,20 @@ impl<H: Handler> Runner<'_, H> {
     /// Calls the handler, turning a panic or a run past `stop_at` (epoch milliseconds) into a
     /// stop.
     ///
-    /// The handler's future is pinned here, in this future, rather than boxed: a record's
-    /// dispatch allocates nothing for it (see BENCHMARKS.md, section 1).
+    /// The handler's future is held in the returned guard rather than boxed: a record's
+    /// dispatch allocates nothing for it, and wraps it in no other future (see BENCHMARKS.md,
+    /// section 1).
     fn call(
         &self,
         record: Record,
         stop_at: Option<u64>,
     ) -> impl Future<Output = Result<Outcome, StopReason>> + Send + '_ {
-        // Called now, as `Handler::handle` is: the user code runs before the first poll.
-        let handler = self.settings.handler.handle_unboxed(record);
-        let clock = self.invocation.clock();
-        async move {
-            let handler = std::pin::pin!(handler);
-            Guarded {
-                handler,
-                stop_at,
-                clock,
-                timer: None,
-            }
-            .await
+        Guarded {
+            // Called now, as `Handler::handle` is: the user code runs before the first poll.
+            handler: self.settings.handler.handle_unboxed(record),
+            stop_at,
+            clock: self.invocation.clock(),
+            timer: None,
         }
     }
 }
@@ -325,29 +307,33 @@ impl Failing {
     }
 }
 
-/// A handler's future, guarded: a panic becomes an error, so one bad record cannot take the
-/// batch (and its checkpoint) down with it, and a run past `stop_at` is stopped.
-///
-/// The timer is armed only once the handler waits: one that finishes on its first poll costs
-/// no timer, and `tokio::time::timeout` would not have stopped it either, since it polls the
-/// future before its deadline. Armed, it fires at `stop_at` however long that first poll took.
-struct Guarded<'a, F> {
-    /// The handler's future, pinned where the caller holds it.
-    handler: Pin<&'a mut F>,
-    /// Epoch milliseconds; `None` when the invocation has no deadline.
-    stop_at: Option<u64>,
-    /// The invocation's clock, which the timer waits on.
-    clock: &'a dyn Clock,
-    timer: Option<Sleep>,
+pin_project_lite::pin_project! {
+    /// A handler's future, guarded: a panic becomes an error, so one bad record cannot take
+    /// the batch (and its checkpoint) down with it, and a run past `stop_at` is stopped.
+    ///
+    /// The timer is armed only once the handler waits: one that finishes on its first poll
+    /// costs no timer, and `tokio::time::timeout` would not have stopped it either, since it
+    /// polls the future before its deadline. Armed, it fires at `stop_at` however long that
+    /// first poll took.
+    struct Guarded<'a, F> {
+        // The handler's future, pinned inside the guard.
+        #[pin]
+        handler: F,
+        // Epoch milliseconds; `None` when the invocation has no deadline.
+        stop_at: Option<u64>,
+        // The invocation's clock, which the timer waits on.
+        clock: &'a dyn Clock,
+        timer: Option<Sleep>,
+    }
 }
 
 impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
     type Output = Result<Outcome, StopReason>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let handler = &mut this.handler;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let handler = this.handler;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| handler.poll(cx))) {
             Ok(Poll::Ready(outcome)) => return Poll::Ready(Ok(outcome)),
             Ok(Poll::Pending) => {}
             Err(panic) => {
@@ -360,10 +346,10 @@ impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
                 )));
             }
         }
-        let Some(stop_at) = this.stop_at else {
+        let Some(stop_at) = *this.stop_at else {
             return Poll::Pending;
         };
-        let clock = this.clock;
+        let clock = *this.clock;
         let timer = this.timer.get_or_insert_with(|| clock.sleep_until(stop_at));
         timer
             .as_mut()
