@@ -10,13 +10,21 @@ the bench's `counted` function (the copy of the input is made outside it, as cri
 outside the timed part), and prints instructions per record, the bare loop beside the processor,
 and what the processor adds per record.
 
+With `--cache`, callgrind also simulates the data caches (`--cache-sim=yes`, a first level of
+48 KB and, as its last level, 2 MB: this machine's L1d and L2 per core; callgrind simulates two
+levels only, and with the L3 of 260 MB as the last, every batch would fit) and the script prints
+the misses per record beside the instructions: D1 (first level) and LL (the 2 MB level), the
+bare loop's, the processor's and what it adds. Like the instruction count, a simulated miss
+count is the same whatever else the machine runs; it shows what an instruction count cannot,
+the passes over memory that a record costs.
+
 It judges nothing: an instruction is not a unit of time (a cache miss or an atomic costs many
 cycles, an allocation's cost depends on the heap's state), so the targets of issue 17, which
 are times, stay judged on criterion's figures by `scripts/bench_summary.py`. What the count
 shows is where the processor's own work is, and whether a change removed some of it.
 
 Usage: scripts/bench_instructions.py BENCH_BINARY [--iterations N] [--sizes 100,1000,10000]
-       [--only GROUP/FUNCTION] [--keep DIR]
+       [--only GROUP/FUNCTION] [--keep DIR] [--cache]
 
 BENCH_BINARY is `target/release/deps/processor-<hash>` (printed by
 `cargo bench --bench processor --no-run`). With `--keep DIR`, callgrind's output files stay in
@@ -44,14 +52,20 @@ BENCHMARKS = (
 )
 
 
-def instructions(binary: str, spec: str, out: Path) -> int:
-    """Instructions executed inside `counted` for the benchmark `spec`."""
+# The caches `--cache` simulates: this machine's L1d and L2 per core (size, ways, line).
+CACHES = ("--D1=49152,12,64", "--LL=2097152,16,64")
+
+
+def counts(binary: str, spec: str, out: Path, cache: bool) -> dict[str, int]:
+    """The events counted inside `counted` for the benchmark `spec`: `Ir` (instructions) and,
+    with `cache`, the simulated misses (`D1mr`, `D1mw`, `DLmr`, `DLmw`, ...)."""
     subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--toggle-collect=*counted*",
             f"--callgrind-out-file={out}",
+            *(("--cache-sim=yes", *CACHES) if cache else ()),
             binary,
         ],
         env={**os.environ, "PROCESSOR_BENCH_COUNT": spec},
@@ -59,10 +73,13 @@ def instructions(binary: str, spec: str, out: Path) -> int:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    events: list[str] = []
     for line in out.read_text().splitlines():
-        match = re.match(r"(?:summary|totals):\s+(\d+)", line)
-        if match:
-            return int(match.group(1))
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        match = re.match(r"(?:summary|totals):\s+([\d ]+)$", line)
+        if match and events:
+            return dict(zip(events, (int(n) for n in match.group(1).split())))
     raise RuntimeError(f"no total in {out}")
 
 
@@ -73,19 +90,28 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--keep")
+    parser.add_argument("--cache", action="store_true")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     wanted = [b for b in BENCHMARKS if not args.only or "/".join(b) in args.only]
-    per_record: dict[tuple[str, str, int], float] = {}
+    # (group, function, size) -> per record: instructions, D1 misses, LL misses.
+    per_record: dict[tuple[str, str, int], tuple[float, float, float]] = {}
     for group, function in wanted:
         for size in sizes:
             spec = f"{group}/{function}/{size}/{args.iterations}"
             out = folder / f"callgrind.{group}.{function}.{size}.out"
-            total = instructions(args.binary, spec, out)
-            per_record[(group, function, size)] = total / (args.iterations * size)
-            print(f"{group:12} {function:21} {size:6}  {per_record[(group, function, size)]:10.0f} instructions/record", flush=True)
+            total = counts(args.binary, spec, out, args.cache)
+            records = args.iterations * size
+            figures = (
+                total["Ir"] / records,
+                (total.get("D1mr", 0) + total.get("D1mw", 0)) / records,
+                (total.get("DLmr", 0) + total.get("DLmw", 0)) / records,
+            )
+            per_record[(group, function, size)] = figures
+            misses = f"  {figures[1]:6.1f} D1 {figures[2]:6.1f} LL misses" if args.cache else ""
+            print(f"{group:12} {function:21} {size:6}  {figures[0]:10.0f} instructions/record{misses}", flush=True)
     print()
     print("start  handler  records   bare loop   processor   added   ratio   (instructions per record)")
     for start in ("batch", "bytes"):
@@ -95,12 +121,16 @@ def main() -> int:
                 processor = per_record.get((f"{start}_{name}", "processor", size))
                 if bare is None or processor is None:
                     continue
-                print(f"{start:6} {name:7} {size:8}  {bare:10.0f}  {processor:10.0f}  {processor - bare:6.0f}  {processor / bare:6.2f}")
+                print(f"{start:6} {name:7} {size:8}  {bare[0]:10.0f}  {processor[0]:10.0f}  {processor[0] - bare[0]:6.0f}  {processor[0] / bare[0]:6.2f}")
+                if args.cache:
+                    for index, level in ((1, "D1"), (2, "LL")):
+                        print(f"{'':6} {'':7} {'':8}  {bare[index]:10.1f}  {processor[index]:10.1f}  {processor[index] - bare[index]:6.1f}  {level} misses per record")
     for function in ("processor", "processor_from_bytes"):
         for size in sizes:
             figure = per_record.get(("duplicate", function, size))
             if figure is not None:
-                print(f"duplicate {function:21} {size:6}  {figure:10.0f} instructions/record")
+                misses = f"  {figure[1]:6.1f} D1 {figure[2]:6.1f} LL misses" if args.cache else ""
+                print(f"duplicate {function:21} {size:6}  {figure[0]:10.0f} instructions/record{misses}")
     return 0
 
 

@@ -170,6 +170,26 @@ pub struct LambdaKinesisEvent(pub KinesisEvent);
 /// long as the batch).
 pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 
+/// An event's records once read.
+pub(crate) enum ReadEvent {
+    /// Every record was read, and all name one stream and shard: every batch Lambda sends. The
+    /// records need no grouping, so none of them is looked at again until it is dispatched.
+    OneShard { key: LeaseKey, records: Vec<Record> },
+    /// Records of several shards, or some that could not be read: grouped one by one.
+    Mixed(Vec<Parsed>),
+}
+
+impl ReadEvent {
+    /// Each record, or what is known of one that cannot be processed, in the event's order.
+    #[cfg(test)]
+    pub(crate) fn into_parsed(self) -> Vec<Parsed> {
+        match self {
+            Self::OneShard { records, .. } => records.into_iter().map(Ok).collect(),
+            Self::Mixed(parsed) => parsed,
+        }
+    }
+}
+
 /// Reads every record of `event`, in order, taking the payloads out of it without copying them;
 /// and says whether any of them is a KPL aggregate.
 ///
@@ -178,10 +198,10 @@ pub(crate) type Parsed = Result<Record, Box<MalformedRecord>>;
 /// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
 /// Aggregates are looked for here, where each payload was just decoded, rather than in a pass
 /// of their own over every record's payload once the batch is grouped.
-pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
+pub(crate) fn parse_event(event: &mut KinesisEvent) -> (ReadEvent, bool) {
     let mut keys = KeyCache::default();
     let mut aggregates = false;
-    let parsed =
+    let arrivals =
         Record::arrived_together(event.records.iter_mut().enumerate().map(|(index, record)| {
             let parsed = parse_record(index, record, &mut keys);
             if let Ok(arrival) = &parsed {
@@ -189,7 +209,12 @@ pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
             }
             parsed
         }));
-    (parsed, aggregates)
+    let read = match (arrivals, keys.only()) {
+        (Ok(records), Some(key)) => ReadEvent::OneShard { key, records },
+        (Ok(records), None) => ReadEvent::Mixed(records.into_iter().map(Ok).collect()),
+        (Err(parsed), _) => ReadEvent::Mixed(parsed),
+    };
+    (read, aggregates)
 }
 
 /// Every record of a batch names the same stream and shard: read the key out of the first
@@ -200,9 +225,16 @@ pub(crate) fn parse_event(event: &mut KinesisEvent) -> (Vec<Parsed>, bool) {
 struct KeyCache {
     /// The last `eventSourceARN` read and the key it and its record's event id named.
     last: Option<(String, LeaseKey)>,
+    /// Whether a key other than the last was read before it: the batch names several.
+    several: bool,
 }
 
 impl KeyCache {
+    /// The only key read, when every key read was the same one.
+    fn only(self) -> Option<LeaseKey> {
+        self.last.filter(|_| !self.several).map(|(_, key)| key)
+    }
+
     /// The key of a record of `arn` whose event id is `event_id`; `None` when either cannot be
     /// read (what [`stream_name`] and [`shard_id`] refuse).
     fn key(&mut self, arn: Option<&str>, event_id: Option<&str>) -> Option<LeaseKey> {
@@ -221,6 +253,9 @@ impl KeyCache {
             }
         }
         let key = LeaseKey::new(stream_name(arn)?, shard_id(event_id)?);
+        // The same key read again after another ARN's text (the same stream named another way)
+        // is still one key.
+        self.several |= self.last.as_ref().is_some_and(|(_, last)| *last != key);
         self.last = Some((arn.to_owned(), key.clone()));
         Some(key)
     }
@@ -279,6 +314,11 @@ mod tests {
     const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
     const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
 
+    /// Each record of `event` as read, however the event was read.
+    fn read(event: &mut KinesisEvent) -> Vec<Parsed> {
+        parse_event(event).0.into_parsed()
+    }
+
     fn event(records: &serde_json::Value) -> KinesisEvent {
         serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
     }
@@ -301,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_lambda_record_yields_stream_shard_sequence_key_and_payload() {
-        let (parsed, _) = parse_event(&mut event(&serde_json::json!([lambda_record(
+        let parsed = read(&mut event(&serde_json::json!([lambda_record(
             &format!("shardId-000000000004:{SEQ}"),
             ARN,
             SEQ
@@ -323,7 +363,7 @@ mod tests {
     #[test]
     fn records_of_one_shard_share_one_key() {
         let id = format!("shardId-000000000004:{SEQ}");
-        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
+        let parsed = read(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(
                 &id,
@@ -336,17 +376,59 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_one_shard_reads_as_that_shard_and_any_other_as_records_to_group() {
+        let id = |shard: u32| format!("shardId-00000000000{shard}:{SEQ}");
+        let later = "49590338271490256608559692538361571095921575989136588899";
+        let consumer = format!("{ARN}/consumer/app:1700000000");
+        // One shard, named by its stream's ARN and by a consumer's: one key, in order.
+        let (read, _) = parse_event(&mut event(&serde_json::json!([
+            lambda_record(&id(4), ARN, SEQ),
+            lambda_record(&id(4), &consumer, later),
+        ])));
+        let ReadEvent::OneShard { key, records } = read else {
+            panic!("one shard's batch")
+        };
+        assert_eq!(key, LeaseKey::new("orders", "shardId-000000000004"));
+        let sequences: Vec<_> = records.iter().map(|r| r.sequence().as_str()).collect();
+        assert_eq!(sequences, [SEQ, later]);
+        assert!(records.iter().all(|record| *record.key() == key));
+        // Two shards, even back to the first, or a record not read: grouped record by record,
+        // each in its place.
+        let mixed = [
+            serde_json::json!([
+                lambda_record(&id(4), ARN, SEQ),
+                lambda_record(&id(5), ARN, SEQ),
+                lambda_record(&id(4), ARN, later),
+            ]),
+            serde_json::json!([
+                lambda_record(&id(4), ARN, SEQ),
+                lambda_record(&id(4), ARN, "007"),
+            ]),
+            serde_json::json!([lambda_record("no-colon-here", ARN, SEQ)]),
+        ];
+        for records in &mixed {
+            let (read, _) = parse_event(&mut event(records));
+            let ReadEvent::Mixed(parsed) = read else {
+                panic!("not one shard's batch: {records}")
+            };
+            assert_eq!(parsed.len(), records.as_array().unwrap().len());
+        }
+        // No record at all: nothing to group.
+        let (read, _) = parse_event(&mut event(&serde_json::json!([])));
+        assert!(matches!(read, ReadEvent::Mixed(parsed) if parsed.is_empty()));
+    }
+
+    #[test]
     fn each_record_is_read_with_its_own_shard_when_the_event_id_changes() {
         let arn = ARN;
-        let parsed = parse_event(&mut event(&serde_json::json!([
+        let parsed = read(&mut event(&serde_json::json!([
             lambda_record(&format!("shardId-000000000004:{SEQ}"), arn, SEQ),
             // The last shard's id as a prefix of a longer one, then with nothing after its colon.
             lambda_record(&format!("shardId-0000000000041:{SEQ}"), arn, SEQ),
             lambda_record("shardId-0000000000041:", arn, SEQ),
             lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
             lambda_record(&format!("shardId-000000000005:{SEQ}"), arn, SEQ),
-        ])))
-        .0;
+        ])));
         let shards: Vec<_> = parsed
             .iter()
             .map(|r| r.as_ref().map(Record::shard).ok())
@@ -367,7 +449,7 @@ mod tests {
     fn each_record_is_read_with_its_own_stream_when_the_arn_changes() {
         let id = format!("shardId-000000000004:{SEQ}");
         let other = "arn:aws:kinesis:us-east-1:123456789012:stream/refunds";
-        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
+        let parsed = read(&mut event(&serde_json::json!([
             lambda_record(&id, ARN, SEQ),
             lambda_record(&id, other, SEQ),
             lambda_record(&id, "arn:aws:sqs:x:y:z", SEQ),
@@ -385,7 +467,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_record_names_what_is_known_and_what_is_wrong() {
-        let (parsed, _) = parse_event(&mut event(&serde_json::json!([
+        let parsed = read(&mut event(&serde_json::json!([
             lambda_record("no-colon-here", ARN, SEQ),
             lambda_record(
                 &format!("shardId-000000000001:{SEQ}"),

@@ -171,9 +171,12 @@ impl Record {
     /// fields, or why it could not be read. Given the event's records one by one (an iterator
     /// whose length is known, as a mapped slice's is), the block is allocated once at its size
     /// and filled in place, with no vector of fields copied into it.
+    ///
+    /// `Ok` with the records when every one was read; otherwise `Err` with each record, or why
+    /// it could not be read, in its place.
     pub(crate) fn arrived_together<E>(
         arrivals: impl Iterator<Item = Result<Arrived, E>>,
-    ) -> Vec<Result<Self, E>> {
+    ) -> Result<Vec<Self>, Vec<Result<Self, E>>> {
         let mut unread = Vec::new();
         let block: Arc<[Slot]> = arrivals
             .map(|arrival| match arrival {
@@ -184,18 +187,22 @@ impl Record {
                 }
             })
             .collect();
+        let record = |index| Self {
+            block: Arc::clone(&block),
+            index,
+        };
+        if unread.is_empty() {
+            return Ok((0..block.len()).map(record).collect());
+        }
         let mut unread = unread.into_iter();
-        (0..block.len())
+        Err((0..block.len())
             .map(|index| match block[index] {
-                Some(_) => Ok(Self {
-                    block: Arc::clone(&block),
-                    index,
-                }),
+                Some(_) => Ok(record(index)),
                 None => Err(unread
                     .next()
                     .unwrap_or_else(|| unreachable!("one error per record not read"))),
             })
-            .collect()
+            .collect())
     }
 
     fn with_fields(fields: Fields) -> Self {
@@ -566,6 +573,9 @@ mod tests {
         let read = Record::arrived_together(
             [Ok(arrival("1", "a")), Err("bad"), Ok(arrival("3", "c"))].into_iter(),
         );
+        let Err(read) = read else {
+            panic!("a record was not read")
+        };
         assert_eq!(read.len(), 3);
         let first = read[0].as_ref().unwrap();
         let third = read[2].as_ref().unwrap();
@@ -584,16 +594,19 @@ mod tests {
         let read = Record::arrived_together(
             [Ok::<_, ()>(arrival("1", "a")), Ok(arrival("2", "b"))].into_iter(),
         );
-        let second = read[1].clone().unwrap();
+        let Ok(read) = read else {
+            panic!("every record was read")
+        };
+        let second = read[1].clone();
         let changed = second.clone().with_sub_sequence(4);
         assert_eq!(changed.position().to_string(), "2/4");
         assert_eq!(changed.data(), b"b");
         assert_eq!(changed.block.len(), 1, "a block of its own");
         assert_eq!(second.sub_sequence(), None, "the shared block is unchanged");
-        assert_eq!(read[0].as_ref().unwrap().sub_sequence(), None);
+        assert_eq!(read[0].sub_sequence(), None);
         assert_ne!(changed, second);
         // Equal by their fields, not by their blocks.
         let alone = Record::arrived_together([Ok::<_, ()>(arrival("2", "b"))].into_iter());
-        assert_eq!(alone[0].as_ref().unwrap(), &second);
+        assert_eq!(alone.map_err(|_| ()).unwrap()[0], second);
     }
 }

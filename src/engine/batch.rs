@@ -6,7 +6,7 @@
 //! [`kpl`](crate::kpl); this module turns their output into [`Entry`]s, which everything after
 //! it (dedupe, dispatch, the checkpoint) reads, and never looks further up.
 
-use crate::event::{MalformedRecord, Parsed};
+use crate::event::{MalformedRecord, Parsed, ReadEvent};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, PositionSource, RecordReport, ShardReport, StopReason};
@@ -182,6 +182,31 @@ pub(crate) struct ShardBatch {
     pub(crate) reads_on: Option<Position>,
 }
 
+/// The event's records grouped by stream and shard, keeping order, as [`group`] says. An event
+/// read as one shard's is its one group as it stands: no record is looked at again here (by
+/// now its place in the record block is far behind, and reading each record's key cost a
+/// cache miss per record; BENCHMARKS.md, section 1).
+pub(crate) fn group_event(
+    read: ReadEvent,
+) -> (
+    Vec<ShardBatch>,
+    Vec<MalformedRecord>,
+    Option<MalformedRecord>,
+) {
+    match read {
+        ReadEvent::OneShard { key, records } => {
+            let entries = records.into_iter().map(Entry::Record).collect();
+            let group = ShardBatch {
+                key,
+                entries,
+                reads_on: None,
+            };
+            (vec![group], Vec::new(), None)
+        }
+        ReadEvent::Mixed(parsed) => group(parsed),
+    }
+}
+
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the
 /// batch for every shard: it joins its own shard's group (or its neighbour's, when its shard is
 /// unknown) and stops it; records after it are not dispatched. Every later malformed record
@@ -189,7 +214,7 @@ pub(crate) struct ShardBatch {
 /// no other record of that shard follows the first. Returns the groups, the malformed records
 /// that belong to no group, and the first malformed record without a sequence number that no
 /// earlier report of its shard covers, which fails the whole batch.
-pub(crate) fn group(
+fn group(
     parsed: Vec<Parsed>,
 ) -> (
     Vec<ShardBatch>,
@@ -336,4 +361,67 @@ pub(crate) fn stop_all(
         .first()
         .map(|entry| (entry.sequence().clone(), reason));
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::parse_event;
+
+    fn event(shards: &[u32]) -> aws_lambda_events::event::kinesis::KinesisEvent {
+        let records: Vec<_> = shards
+            .iter()
+            .enumerate()
+            .map(|(n, shard)| {
+                let sequence =
+                    format!("4959033827149025660855969253836157109592157598913658{n:04}");
+                serde_json::json!({
+                    "eventID": format!("shardId-00000000000{shard}:{sequence}"),
+                    "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+                    "kinesis": {"partitionKey": "k", "sequenceNumber": sequence, "data": "",
+                                "approximateArrivalTimestamp": 1_700_000_000.0}
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
+    }
+
+    /// Each group's shard and its entries' sequence numbers, in order.
+    fn shape(groups: &[ShardBatch]) -> Vec<(String, Vec<String>)> {
+        groups
+            .iter()
+            .map(|group| {
+                let sequences = group.entries.iter().map(|e| e.sequence().to_string());
+                (group.key.shard().to_owned(), sequences.collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_shards_batch_is_its_one_group_as_grouping_record_by_record_makes_it() {
+        let (read, _) = parse_event(&mut event(&[3, 3, 3]));
+        let ReadEvent::OneShard { records, .. } = &read else {
+            panic!("one shard's batch")
+        };
+        let by_record = group(records.iter().cloned().map(Ok).collect()).0;
+        let (groups, orphans, unreportable) = group_event(read);
+        assert_eq!(shape(&groups), shape(&by_record));
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].entries.len(), 3);
+        assert!(groups[0].reads_on.is_none());
+        assert!(orphans.is_empty() && unreportable.is_none());
+    }
+
+    #[test]
+    fn a_batch_of_two_shards_is_grouped_by_shard_in_the_events_order() {
+        let (read, _) = parse_event(&mut event(&[1, 2, 1]));
+        assert!(matches!(read, ReadEvent::Mixed(_)));
+        let (groups, _, _) = group_event(read);
+        let shapes = shape(&groups);
+        assert_eq!(shapes.len(), 2);
+        assert_eq!(shapes[0].0, "shardId-000000000001");
+        assert_eq!(shapes[0].1.len(), 2);
+        assert!(shapes[0].1[0] < shapes[0].1[1]);
+        assert_eq!(shapes[1].0, "shardId-000000000002");
+    }
 }

@@ -47,7 +47,7 @@ pub use settings::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DONE_ABOVE, Mode, UnknownMode,
 };
 
-use self::batch::{ShardBatch, deaggregate, group};
+use self::batch::{ShardBatch, deaggregate, group_event};
 use self::invocation::Invocation;
 use crate::event::{MalformedRecord, parse_event};
 use crate::handler::Handler;
@@ -69,8 +69,8 @@ pub(crate) async fn run<H: Handler>(
         time_left_ms = invocation.time_left().map(|left| left.as_millis()),
         "batch received"
     );
-    let (parsed, aggregates) = parse_event(event);
-    let (mut groups, orphans, unreportable) = group(parsed);
+    let (read, aggregates) = parse_event(event);
+    let (mut groups, orphans, unreportable) = group_event(read);
     if settings.deaggregate && aggregates {
         for group in &mut groups {
             group.entries = deaggregate(std::mem::take(&mut group.entries));
