@@ -167,25 +167,17 @@ impl Record {
         })
     }
 
-    /// The records of one event, read in order, in one block: `arrivals` yields each record's
-    /// fields, or why it could not be read. Given the event's records one by one (an iterator
-    /// whose length is known, as a mapped slice's is), the block is allocated once at its size
-    /// and filled in place, with no vector of fields copied into it.
-    ///
-    /// `Ok` with the records when every one was read; otherwise `Err` with each record, or why
-    /// it could not be read, in its place.
+    /// The records of one event, read in order, in one block: `Ok` with them when `arrivals`
+    /// yields every record's fields; otherwise `Err` with each record, or why it could not be
+    /// read, in its place. Given the event's records one by one (an iterator whose length is
+    /// known, as a mapped slice's is), the block is allocated once at its size and filled in
+    /// place, with no vector of fields copied into it.
     pub(crate) fn arrived_together<E>(
         arrivals: impl Iterator<Item = Result<Arrived, E>>,
     ) -> Result<Vec<Self>, Vec<Result<Self, E>>> {
         let mut unread = Vec::new();
         let block: Arc<[Slot]> = arrivals
-            .map(|arrival| match arrival {
-                Ok(arrival) => Some(Fields::from(arrival)),
-                Err(error) => {
-                    unread.push(error);
-                    None
-                }
-            })
+            .map(|arrival| arrival.map(Fields::from).map_err(|e| unread.push(e)).ok())
             .collect();
         let record = |index| Self {
             block: Arc::clone(&block),
@@ -572,10 +564,8 @@ mod tests {
     fn the_records_of_one_event_share_a_block_and_keep_their_order_and_their_errors() {
         let read = Record::arrived_together(
             [Ok(arrival("1", "a")), Err("bad"), Ok(arrival("3", "c"))].into_iter(),
-        );
-        let Err(read) = read else {
-            panic!("a record was not read")
-        };
+        )
+        .expect_err("a record was not read");
         assert_eq!(read.len(), 3);
         let first = read[0].as_ref().unwrap();
         let third = read[2].as_ref().unwrap();
@@ -593,10 +583,8 @@ mod tests {
     fn a_record_of_a_shared_block_changed_by_a_builder_moves_to_its_own_and_leaves_the_others() {
         let read = Record::arrived_together(
             [Ok::<_, ()>(arrival("1", "a")), Ok(arrival("2", "b"))].into_iter(),
-        );
-        let Ok(read) = read else {
-            panic!("every record was read")
-        };
+        )
+        .expect("every record was read");
         let second = read[1].clone();
         let changed = second.clone().with_sub_sequence(4);
         assert_eq!(changed.position().to_string(), "2/4");
@@ -607,6 +595,6 @@ mod tests {
         assert_ne!(changed, second);
         // Equal by their fields, not by their blocks.
         let alone = Record::arrived_together([Ok::<_, ()>(arrival("2", "b"))].into_iter());
-        assert_eq!(alone.map_err(|_| ()).unwrap()[0], second);
+        assert_eq!(alone.unwrap()[0], second);
     }
 }
