@@ -23,6 +23,11 @@ cycles, an allocation's cost depends on the heap's state), so the targets of iss
 are times, stay judged on criterion's figures by `scripts/bench_summary.py`. What the count
 shows is where the processor's own work is, and whether a change removed some of it.
 
+By default each benchmark runs until at least 2,000 records are counted (20 iterations of 100
+records, 2 of 1,000 or 10,000): over 2 iterations of 100, one consolidation of glibc's fast bins
+falling inside the counted part rather than outside it moved the count by 300 instructions
+per record (BENCHMARKS.md, section 1, ninth round). `--iterations N` sets one count for all.
+
 Usage: scripts/bench_instructions.py BENCH_BINARY [--iterations N] [--sizes 100,1000,10000]
        [--only GROUP/FUNCTION] [--keep DIR] [--cache]
 
@@ -86,7 +91,7 @@ def counts(binary: str, spec: str, out: Path, cache: bool) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary")
-    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--iterations", type=int)
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--keep")
@@ -100,10 +105,11 @@ def main() -> int:
     per_record: dict[tuple[str, str, int], tuple[float, float, float]] = {}
     for group, function in wanted:
         for size in sizes:
-            spec = f"{group}/{function}/{size}/{args.iterations}"
+            iterations = args.iterations or max(2, -(-2_000 // size))
+            spec = f"{group}/{function}/{size}/{iterations}"
             out = folder / f"callgrind.{group}.{function}.{size}.out"
             total = counts(args.binary, spec, out, args.cache)
-            records = args.iterations * size
+            records = iterations * size
             figures = (
                 total["Ir"] / records,
                 (total.get("D1mr", 0) + total.get("D1mw", 0)) / records,
