@@ -28,8 +28,9 @@ pub struct LeaseKey {
     /// and released with it, and with two blocks (stream and shard) that was four atomic
     /// reference counts per record (BENCHMARKS.md, section 1).
     joined: Arc<str>,
-    /// Where the stream ends in `joined`: the colon's index. The shard may hold colons (a
-    /// partition key's row, see [`row_key`]), the stream never.
+    /// Where the stream ends in `joined`: the index of the colon after it. Either part may
+    /// hold colons of its own (a partition key's row does, see [`row_key`]): this index, not
+    /// the text, tells the parts apart.
     stream_len: usize,
 }
 
