@@ -1,8 +1,13 @@
 //! `make validate` on `template.yaml`, and proof that it catches what `cfn-lint` alone or
 //! `sam validate --lint` miss: each broken copy of the template must fail it.
 
+#[path = "common/temp_file.rs"]
+mod temp_file;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use temp_file::TempFile;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,16 +28,18 @@ fn validate(template: &Path) -> (bool, String) {
     (output.status.success(), said)
 }
 
-/// A copy of `template.yaml` with `from` replaced by `to` (which must occur).
-fn broken(name: &str, from: &str, to: &str) -> PathBuf {
+/// A copy of `template.yaml` with `from` replaced by `to` (which must occur), removed when the
+/// test ends.
+fn broken(name: &str, from: &str, to: &str) -> TempFile {
     let template = std::fs::read_to_string(root().join("template.yaml")).unwrap();
     assert!(
         template.contains(from),
         "the template no longer holds {from:?}"
     );
-    let path = std::env::temp_dir().join(format!("kc-template-{}-{name}.yaml", std::process::id()));
-    std::fs::write(&path, template.replacen(from, to, 1)).unwrap();
-    path
+    TempFile::write(
+        &format!("kc-template-{}-{name}.yaml", std::process::id()),
+        template.replacen(from, to, 1),
+    )
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, create_table, unique};
+use common::temp_file::TempFile;
 use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::{
     CheckpointStore, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore, ReportedChange,
@@ -724,16 +725,14 @@ fn doctor(template: &Path) -> (bool, String) {
     )
 }
 
-/// The repository's template with `edits` (find, replace) applied.
-fn broken_template(edits: &[(&str, &str)]) -> std::path::PathBuf {
+/// The repository's template with `edits` (find, replace) applied, removed when the test ends.
+fn broken_template(edits: &[(&str, &str)]) -> TempFile {
     let mut template = std::fs::read_to_string(common::root().join("template.yaml")).unwrap();
     for (find, replace) in edits {
         assert!(template.contains(find), "the template has {find:?}");
         template = template.replace(find, replace);
     }
-    let path = std::env::temp_dir().join(format!("{}.yaml", unique("template")));
-    std::fs::write(&path, template).unwrap();
-    path
+    TempFile::write(&format!("{}.yaml", unique("template")), template)
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod http;
 pub mod kinesis;
 pub mod moto;
 pub mod sqs;
+pub mod temp_file;
 pub mod watch;
 pub mod writes;
 
