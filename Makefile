@@ -120,8 +120,13 @@ local-down:
 local-show:
 	$(VENV)/bin/python scripts/local-stack show
 
+# A doctest that includes a file by a relative path does not compile once rustdoc merges the
+# crate's doctests into one (elsewhere on disk), and rustdoc then silently compiles every
+# doctest alone: two minutes of `make test` instead of twenty seconds.
 lint:
 	scripts/check-module-graph
+	@! grep -rnE '^\s*//[/!].*include_(str|bytes)!\("' src cli/src functions/*/src || \
+	  { echo 'a doctest includes a file by a relative path: use concat!(env!("CARGO_MANIFEST_DIR"), "/…")'; exit 1; }
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps

@@ -347,7 +347,10 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
-    /// let event = serde_json::from_str(include_str!("../../events/batch.json"))?;
+    /// # // Absolute: rustdoc merges the doctests into one crate in a directory of its own, where
+    /// # // a relative path does not resolve, and it then compiles each doctest alone (minutes).
+    /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
+    /// let event = serde_json::from_str(json)?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
     /// assert!(response.batch_item_failures.is_empty());
     /// # Ok(())
@@ -385,8 +388,8 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
-    /// let event: aws_lambda_events::event::kinesis::KinesisEvent =
-    ///     serde_json::from_str(include_str!("../../events/batch.json"))?;
+    /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
+    /// let event: aws_lambda_events::event::kinesis::KinesisEvent = serde_json::from_str(json)?;
     /// let context = lambda_runtime::Context::default();
     /// let first = processor.process_batch(event.clone(), &context).await?;
     /// let again = processor.process_batch(event, &context).await?;

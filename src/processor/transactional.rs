@@ -164,7 +164,10 @@ impl<T: TransactionalHandler> Processor<Transactional<T>, ShardMode> {
     ///         .build()?;
     ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Writes::from(Write::put(put, &["id"])?))
     /// });
-    /// let event = serde_json::from_str(include_str!("../../events/batch.json"))?;
+    /// # // Absolute: rustdoc merges the doctests into one crate in a directory of its own, where
+    /// # // a relative path does not resolve, and it then compiles each doctest alone (minutes).
+    /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
+    /// let event = serde_json::from_str(json)?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
     /// assert!(response.batch_item_failures.is_empty());
     /// assert!(!store.items("orders").is_empty());
@@ -214,7 +217,10 @@ impl<T: TransactionalHandler> Processor<Transactional<T>, PartitionKeyMode> {
     ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Writes::from(Write::update(update)))
     /// })
     /// .concurrency(8);
-    /// let event = serde_json::from_str(include_str!("../../events/batch.json"))?;
+    /// # // Absolute: rustdoc merges the doctests into one crate in a directory of its own, where
+    /// # // a relative path does not resolve, and it then compiles each doctest alone (minutes).
+    /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
+    /// let event = serde_json::from_str(json)?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
     /// assert!(response.batch_item_failures.is_empty());
     /// assert!(!store.items("counts").is_empty());
