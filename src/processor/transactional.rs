@@ -164,8 +164,6 @@ impl<T: TransactionalHandler> Processor<Transactional<T>, ShardMode> {
     ///         .build()?;
     ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Writes::from(Write::put(put, &["id"])?))
     /// });
-    /// # // Absolute: rustdoc merges the doctests into one crate in a directory of its own, where
-    /// # // a relative path does not resolve, and it then compiles each doctest alone (minutes).
     /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
     /// let event = serde_json::from_str(json)?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
@@ -217,8 +215,6 @@ impl<T: TransactionalHandler> Processor<Transactional<T>, PartitionKeyMode> {
     ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Writes::from(Write::update(update)))
     /// })
     /// .concurrency(8);
-    /// # // Absolute: rustdoc merges the doctests into one crate in a directory of its own, where
-    /// # // a relative path does not resolve, and it then compiles each doctest alone (minutes).
     /// let json = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/events/batch.json"));
     /// let event = serde_json::from_str(json)?;
     /// let response = processor.process(event, &lambda_runtime::Context::default()).await?;
