@@ -243,8 +243,9 @@ impl<'de> Visitor<'de> for KinesisSeed {
 /// `aws_lambda_events` copies the text into a `String`, then decodes it with the `base64` crate:
 /// a quarter of the instructions an invocation spends on each 1 KB record went to that decoder
 /// alone (BENCHMARKS.md, section 1, eleventh round). `base64-simd` (already built for the AWS
-/// SDK's `aws-smithy-types`) decodes the text in place with the processor's vector
-/// instructions, into a vector of the payload's exact length. Both decoders take the standard
+/// SDK's `aws-smithy-types`) decodes the text where the parser found it, with no `String`
+/// copied from it, using the processor's vector instructions, into a vector of the payload's
+/// exact length. Both decoders take the standard
 /// alphabet with canonical padding and refuse the same texts (tested below, text by text);
 /// a refused text is decoded again by `base64`, rare as it is, for `aws_lambda_events`' own
 /// message.
@@ -387,8 +388,9 @@ mod tests {
 
     #[test]
     fn non_canonical_padding_and_trailing_bits_are_refused_as_aws_lambda_events_refuses_them() {
-        // "QQ==" is "A"; "QR==" sets bits a canonical encoding leaves at zero; "QQ" and "QQ="
-        // lack padding; "QUJD=" has one too many.
+        // "QQ==" is "A"; "QR==" sets bits a canonical encoding leaves at zero; "QQ", "QQ=" and
+        // "QUJDRA=" lack padding; "QUJD=" has one too many; the rest put it where no text
+        // can end or continue.
         for text in [
             "QR==", "QQ", "QQ=", "QUJD=", "QUJDRA=", "Q===", "====", "QQ==QQ==",
         ] {
