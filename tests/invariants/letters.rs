@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
@@ -38,29 +38,50 @@ impl Letters {
         let mut rng = Rng::new(seed ^ 0x1E77_E25D);
         rng.chance(0.33).then(|| Self {
             seed,
-            max_message_bytes: [4_096, 8_192, 16_384][rng.below(3) as usize],
+            max_message_bytes: MESSAGE_SIZES[rng.below(3) as usize],
             part_failure: [0.0, 0.1, 0.25][rng.below(3) as usize],
             big: [0.1, 0.5][rng.below(2) as usize],
             awkward_errors: rng.chance(0.6),
         })
     }
 
-    /// Record `n`'s error size and padding.
+    /// Record `n`'s error size and padding. The padding is lowercase ASCII letters, which JSON
+    /// writes as they are (see `payload_json`).
     pub fn record(&self, n: u64) -> (Option<usize>, String) {
         let mut rng = Rng::new(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let error_bytes = self
             .awkward_errors
             .then(|| [0, 1, 255, 300, 5_000, 70_000, 300_000][rng.below(7) as usize]);
         let pad = if rng.chance(self.big) {
-            let len = rng.within(1..3 * self.max_message_bytes as u64);
-            (0..len)
-                .map(|_| char::from(b'a' + rng.below(26) as u8))
-                .collect()
+            let len = rng.within(1..3 * self.max_message_bytes as u64) as usize;
+            let from = rng.below(PAD_OFFSETS) as usize;
+            String::from_utf8(pad_letters()[from..from + len].to_vec()).expect("letters")
         } else {
             String::new()
         };
         (error_bytes, pad)
     }
+}
+
+/// The queues' `MaximumMessageSize`s the family draws from, smallest first.
+const MESSAGE_SIZES: [usize; 3] = [4_096, 8_192, 16_384];
+
+/// How many places a record's padding may start at in [`pad_letters`].
+const PAD_OFFSETS: u64 = 16_384;
+
+/// Random lowercase letters, drawn once, that every padding is cut from: drawing a letter per
+/// byte of every record took a seventh of the scenarios' time in a debug build. Random, not a
+/// block repeated, so that the parts of a split letter differ and a redrive that puts them in
+/// the wrong order is caught. Long enough for the largest padding (three of the largest
+/// messages) from the last offset.
+fn pad_letters() -> &'static [u8] {
+    static LETTERS: OnceLock<Vec<u8>> = OnceLock::new();
+    LETTERS.get_or_init(|| {
+        let mut rng = Rng::new(0x9AD_1E77E25);
+        (0..PAD_OFFSETS as usize + 3 * MESSAGE_SIZES[2])
+            .map(|_| b'a' + rng.below(26) as u8)
+            .collect()
+    })
 }
 
 /// An error of `bytes` bytes made of what SQS refuses or JSON escapes, and astral characters.
@@ -69,16 +90,16 @@ pub fn awkward_error(bytes: usize) -> String {
         '\0', '\u{1}', '\u{b}', '\u{1b}', '\u{7f}', '\u{fffe}', '\u{ffff}', '\u{fffd}', '𝄞', '😀',
         '\t', '\n', '"', '\\', 'é',
     ];
-    let mut error = String::with_capacity(bytes);
-    for c in AWKWARD.iter().cycle() {
-        if error.len() + c.len_utf8() > bytes {
-            break;
-        }
-        error.push(*c);
+    // The characters over and over, as many whole ones as fit, then `x`s. Built by repeating
+    // one round, not char by char: the scenarios make errors of 300 KB.
+    let round: String = AWKWARD.iter().collect();
+    let mut error = round.repeat(bytes / round.len() + 1);
+    let mut fit = bytes;
+    while !error.is_char_boundary(fit) {
+        fit -= 1;
     }
-    while error.len() < bytes {
-        error.push('x');
-    }
+    error.truncate(fit);
+    error.push_str(&"x".repeat(bytes - fit));
     error
 }
 

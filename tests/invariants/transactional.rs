@@ -552,13 +552,13 @@ async fn later_batches(stream: &MemoryStream, written: &mut Written, harness: &H
             .find(|key| stream.shard_of(key) == shard)
             .expect("some key hashes to every shard");
         let n = scenario.records + index as u64;
-        let payload = serde_json::to_vec(&Payload {
+        let payload = Payload {
             n,
             fault: Fault::None,
             error_bytes: None,
             pad: String::new(),
-        })
-        .unwrap();
+        }
+        .to_json();
         let sequence = stream.put(&key, payload.clone());
         written.faults.insert(sequence.clone(), Fault::None);
         let arrival_millis = scenario.record_age.map_or(VIRTUAL_EPOCH_MILLIS, |age| {
