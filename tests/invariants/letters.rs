@@ -46,7 +46,7 @@ impl Letters {
     }
 
     /// Record `n`'s error size and padding. The padding is lowercase ASCII letters, which JSON
-    /// writes as they are (see `payload_json`).
+    /// writes as they are (see `Payload::to_json` in `tests/invariants.rs`).
     pub fn record(&self, n: u64) -> (Option<usize>, String) {
         let mut rng = Rng::new(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let error_bytes = self
