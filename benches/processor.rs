@@ -23,6 +23,13 @@
 //! - `empty`: the user code only looks at the payload's length, so the ratio is as harsh as it
 //!   can be; the difference per record is the toolkit's own cost, whatever the handler.
 //!
+//! Beside them, from the `KinesisEvent` only, three bounds, none of them a design of this
+//! crate's (see [`bounds`]): `least_processor`, the least any processor that dedupes must add
+//! to the bare loop, in its one pass; and the same work in the processor's passes (read into a
+//! block, dispatched from it, freed), over the whole batch (`least_in_passes`) and 64 records
+//! at a time (`least_in_chunks`). So a miss says how much is the processor's structure and how
+//! much the work it cannot leave out.
+//!
 //! And `duplicate` (from the `KinesisEvent`) and `duplicate_bytes` (from the bytes): a batch
 //! already checkpointed, every record skipped (a redelivery).
 //!
@@ -41,9 +48,14 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
 use kinesis_checkpoint::event::LambdaKinesisEvent;
-use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record, SequenceNumber};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
+
+#[path = "processor/bounds.rs"]
+mod bounds;
+
+use bounds::{CHUNK, least_in_passes, least_processor};
 
 const SIZES: [u64; 3] = [100, 1_000, 10_000];
 const PAYLOAD_BYTES: usize = 1_024;
@@ -188,6 +200,32 @@ fn processor_against_bare_loop(c: &mut Criterion) {
                     BatchSize::LargeInput,
                 );
             });
+            let below: SequenceNumber = "1".parse().expect("a sequence number");
+            group.bench_function(BenchmarkId::new("least_processor", size), |b| {
+                b.iter_batched(
+                    || event.clone(),
+                    |event| {
+                        let (response, done) =
+                            rt.block_on(least_processor(event, &below, |data| async move {
+                                code(&data)
+                            }));
+                        assert!(response.batch_item_failures.is_empty() && done.is_some());
+                    },
+                    BatchSize::LargeInput,
+                );
+            });
+            for (name, chunk) in [("least_in_passes", usize::MAX), ("least_in_chunks", CHUNK)] {
+                group.bench_function(BenchmarkId::new(name, size), |b| {
+                    b.iter_batched(
+                        || event.clone(),
+                        |event| {
+                            let (response, done) = least_in_passes(event, &below, chunk, code);
+                            assert!(response.batch_item_failures.is_empty() && done.is_some());
+                        },
+                        BatchSize::LargeInput,
+                    );
+                });
+            }
             group.bench_function(BenchmarkId::new("processor", size), |b| {
                 b.iter_batched(
                     || event.clone(),
@@ -310,6 +348,7 @@ fn count(spec: &str) {
     let (start, name) = group.split_once('_').unwrap_or((group, "json"));
     let code = user_code(name);
     let duplicate = fresh_processor!(apply_order);
+    let below: SequenceNumber = "1".parse().expect("a sequence number");
     if start == "duplicate" {
         rt.block_on(duplicate.process_batch(event.clone(), &context))
             .unwrap();
@@ -321,6 +360,19 @@ fn count(spec: &str) {
         counted(|| match (start, function) {
             ("batch", "bare_loop") => {
                 rt.block_on(bare_loop(event, |data| async move { code(&data) }));
+            }
+            ("batch", "least_processor") => {
+                rt.block_on(least_processor(
+                    event,
+                    &below,
+                    |data| async move { code(&data) },
+                ));
+            }
+            ("batch", "least_in_passes") => {
+                least_in_passes(event, &below, usize::MAX, code);
+            }
+            ("batch", "least_in_chunks") => {
+                least_in_passes(event, &below, CHUNK, code);
             }
             ("batch", "processor") => {
                 rt.block_on(fresh_processor!(code).process(event, &context))

@@ -8,15 +8,18 @@ count mode (`PROCESSOR_BENCH_COUNT=<group>/<function>/<size>/<iterations>`: the 
 `iterations` times, outside criterion) under `valgrind --tool=callgrind`, counting only inside
 the bench's `counted` function (the copy of the input is made outside it, as criterion makes it
 outside the timed part), and prints instructions per record, the bare loop beside the processor,
-and what the processor adds per record.
+and what the processor adds per record; and, from the `KinesisEvent`, what the bench's bounds
+add: the least one-pass processor (`least_processor`), and its work in the processor's passes,
+over the whole batch (`least_in_passes`) and 64 records at a time (`least_in_chunks`).
 
-With `--cache`, callgrind also simulates the data caches (`--cache-sim=yes`, a first level of
-48 KB and, as its last level, 2 MB: this machine's L1d and L2 per core; callgrind simulates two
-levels only, and with the L3 of 260 MB as the last, every batch would fit) and the script prints
-the misses per record beside the instructions: D1 (first level) and LL (the 2 MB level), the
-bare loop's, the processor's and what it adds. Like the instruction count, a simulated miss
-count is the same whatever else the machine runs; it shows what an instruction count cannot,
-the passes over memory that a record costs.
+With `--cache`, callgrind also simulates the data caches (`--cache-sim=yes`, this machine's L1d
+as the first level and its L2 per core as the last, read from `/sys`; callgrind simulates two
+levels only, and with a shared L3 of many megabytes as the last, most batches would fit; 48 KB
+and 2 MB, the ninth round's Intel Xeon, where `/sys` does not say) and the script prints the
+misses per record beside the instructions: D1 (first level) and LL (the L2, the last level
+simulated), the bare loop's, the processor's and what it adds. Like the instruction count, a
+simulated miss count is the same whatever else the machine runs; it shows what an instruction
+count cannot, the passes over memory that a record costs.
 
 It judges nothing: an instruction is not a unit of time (a cache miss or an atomic costs many
 cycles, an allocation's cost depends on the heap's state), so the targets of issue 17, which
@@ -45,8 +48,14 @@ from pathlib import Path
 
 BENCHMARKS = (
     ("batch_json", "bare_loop"),
+    ("batch_json", "least_processor"),
+    ("batch_json", "least_in_chunks"),
+    ("batch_json", "least_in_passes"),
     ("batch_json", "processor"),
     ("batch_empty", "bare_loop"),
+    ("batch_empty", "least_processor"),
+    ("batch_empty", "least_in_chunks"),
+    ("batch_empty", "least_in_passes"),
     ("batch_empty", "processor"),
     ("bytes_json", "bare_loop"),
     ("bytes_json", "processor"),
@@ -57,8 +66,38 @@ BENCHMARKS = (
 )
 
 
-# The caches `--cache` simulates: this machine's L1d and L2 per core (size, ways, line).
-CACHES = ("--D1=49152,12,64", "--LL=2097152,16,64")
+# The caches `--cache` simulates when the machine does not say (the Intel Xeon of BENCHMARKS.md,
+# section 1, ninth round): its L1d and L2 per core (size, ways, line).
+DEFAULT_CACHES = ("--D1=49152,12,64", "--LL=2097152,16,64")
+
+# The bounds the bench runs beside the processor (`benches/processor.rs`), printed under it.
+BOUNDS = (
+    ("least_processor", "the least a one-pass processor executes (least_processor)"),
+    ("least_in_chunks", "the same in the processor's passes, 64 records at a time"),
+    ("least_in_passes", "the same in the processor's passes over the whole batch"),
+)
+
+
+def machine_caches() -> tuple[str, ...]:
+    """This machine's L1d and L2 per core as callgrind's options, read from
+    `/sys/devices/system/cpu/cpu0/cache`: the misses counted are those of the machine whose
+    times they explain (32 KB and 512 KB on the AMD EPYC of the tenth round, 48 KB and 2 MB on
+    the Xeon of the ninth)."""
+    found = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, kind, size, ways, line = (
+                (index / name).read_text().strip()
+                for name in ("level", "type", "size", "ways_of_associativity",
+                             "coherency_line_size")
+            )
+        except OSError:
+            continue
+        if (level, kind) in (("1", "Data"), ("2", "Unified")) and size.endswith("K"):
+            found[level] = f"{int(size[:-1]) * 1024},{ways},{line}"
+    if set(found) != {"1", "2"}:
+        return DEFAULT_CACHES
+    return (f"--D1={found['1']}", f"--LL={found['2']}")
 
 
 def counts(binary: str, spec: str, out: Path, cache: bool) -> dict[str, int]:
@@ -70,7 +109,7 @@ def counts(binary: str, spec: str, out: Path, cache: bool) -> dict[str, int]:
             "--tool=callgrind",
             "--toggle-collect=*counted*",
             f"--callgrind-out-file={out}",
-            *(("--cache-sim=yes", *CACHES) if cache else ()),
+            *(("--cache-sim=yes", *machine_caches()) if cache else ()),
             binary,
         ],
         env={**os.environ, "PROCESSOR_BENCH_COUNT": spec},
@@ -131,6 +170,13 @@ def main() -> int:
                 if args.cache:
                     for index, level in ((1, "D1"), (2, "LL")):
                         print(f"{'':6} {'':7} {'':8}  {bare[index]:10.1f}  {processor[index]:10.1f}  {processor[index] - bare[index]:6.1f}  {level} misses per record")
+                for bound, label in BOUNDS:
+                    least = per_record.get((f"{start}_{name}", bound, size))
+                    if least is None:
+                        continue
+                    print(f"{'':6} {'':7} {'':8}  {'':10}  {least[0]:10.0f}  {least[0] - bare[0]:6.0f}  {least[0] / bare[0]:6.2f}  {label}")
+                    if args.cache:
+                        print(f"{'':6} {'':7} {'':8}  {'':10}  {least[1]:10.1f}  {least[1] - bare[1]:6.1f}  {'':6}  D1 misses added, and {least[2]:.1f} LL ({least[2] - bare[2]:+.1f}), by the same")
     for function in ("processor", "processor_from_bytes"):
         for size in sizes:
             figure = per_record.get(("duplicate", function, size))

@@ -19,6 +19,14 @@ the figures it was judged on:
   size. Its floor is printed beside it, not judged: the bare loop with the empty handler, which
   only moves each record out of the event and frees it, as whoever owns the event must.
 
+Beside the ratio from the `KinesisEvent`, and not judged, the bench's bounds: `least_processor`,
+the least any processor that dedupes must add to the bare loop in the same one pass (each
+record's stream and shard checked, its sequence number read and compared with a checkpoint, the
+last one done kept); and the same work in the processor's three passes (read into a block,
+dispatched from it, freed), over the whole batch (`least_in_passes`) and 64 records at a time
+(`least_in_chunks`). So a miss shows how much of it is the processor's design and how much the
+work itself.
+
 A target whose benchmarks are missing is reported as not measured.
 
 By default each benchmark's figure is criterion's median. With `--fastest`, it is its fastest
@@ -38,6 +46,12 @@ ADDED_MAX_NS = 250.0
 FLAT_RATIO = 1.5
 FLAT_SLACK_NS = 50.0
 DUPLICATE_MAX_NS = 200.0
+# The bench's bounds beside the processor from the `KinesisEvent` (`benches/processor.rs`).
+BOUNDS = (
+    ("least_processor", "the least a one-pass processor takes"),
+    ("least_in_chunks", "the same in the processor's passes, 64 records at a time"),
+    ("least_in_passes", "the same in the processor's passes over the whole batch"),
+)
 STARTS = (("batch", "from the KinesisEvent"), ("bytes", "from the event's bytes"))
 
 
@@ -116,6 +130,11 @@ def main() -> None:
             figures = " / ".join(f"{r:.2f}" for r in ratios)
         print(f"  {verdict(ok):<12} {label}: JSON handler <= {RATIO_MAX} x the bare loop "
               f"({figures} x)")
+        for bound, what in BOUNDS:
+            least = [median_ns(root, f"{start}_json", bound, s) for s in SIZES]
+            if complete(json_pairs) and all(ns is not None for ns in least):
+                ratios = " / ".join(f"{ns / json_pairs[s][0]:.2f}" for s, ns in zip(SIZES, least))
+                print(f"  {'':<12} {what}, in the same run (not judged): {ratios} x")
         for handler in ("json", "empty"):
             measured = pairs.get((start, handler))
             ok_added = ok_flat = None

@@ -1,0 +1,199 @@
+//! The bounds `benches/processor.rs` judges the processor against, from the `KinesisEvent`: the
+//! least any processor that dedupes must add to the bare loop, in its one pass; and the same
+//! work in the processor's three passes, over the whole batch or a chunk at a time
+//! (BENCHMARKS.md, section 1, twelfth round). None is a design of the crate's.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use bytes::Bytes;
+use kinesis_checkpoint::{LeaseKey, Outcome, SequenceNumber};
+
+/// The records [`least_in_passes`] reads at a time when it reads the event in chunks: some
+/// 120 KB of event, well inside one core's L2 on the machines of BENCHMARKS.md.
+pub const CHUNK: usize = 64;
+
+/// The least any processor that dedupes a shard's batch must add to the bench's `bare_loop`, in
+/// the same one pass: each record's stream and shard checked against the first's, its sequence
+/// number read and compared with the checkpoint, and the last one done kept for the checkpoint
+/// write.
+/// No lease, store, report, guard or deadline: a bound below every design, to judge the
+/// targets by. Each record is read just before the bare loop would free it, so the reads add
+/// instructions but no cache misses (BENCHMARKS.md, section 1, twelfth round).
+pub async fn least_processor<F, Fut>(
+    event: KinesisEvent,
+    checkpoint: &SequenceNumber,
+    user_code: F,
+) -> (KinesisEventResponse, Option<SequenceNumber>)
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    let mut response = KinesisEventResponse::default();
+    let mut done = None;
+    let mut records = event.records.into_iter().peekable();
+    let (stream, shard) = match records.peek() {
+        Some(first) => (
+            first.event_source_arn.clone().unwrap_or_default(),
+            first
+                .event_id
+                .as_deref()
+                .and_then(|id| id.split_once(':'))
+                .map(|(shard, _)| shard.to_owned())
+                .unwrap_or_default(),
+        ),
+        None => return (response, done),
+    };
+    for record in records {
+        let same_shard = record.event_source_arn.as_deref() == Some(stream.as_str())
+            && record
+                .event_id
+                .as_deref()
+                .and_then(|id| id.split_once(':'))
+                .is_some_and(|(id, _)| id == shard);
+        let sequence: SequenceNumber = record
+            .kinesis
+            .sequence_number
+            .parse()
+            .expect("a sequence number");
+        assert!(same_shard, "one shard's batch");
+        if sequence <= *checkpoint {
+            continue;
+        }
+        if !user_code(record.kinesis.data.0).await.is_ack() {
+            response.add_failure(record.kinesis.sequence_number);
+            break;
+        }
+        done = Some(sequence);
+    }
+    (response, done)
+}
+
+/// A record's place in [`least_in_passes`]' block: the fields the processor's record block
+/// holds for each record (`record::Fields`), so that the block is as large.
+struct Place {
+    key: LeaseKey,
+    sequence: SequenceNumber,
+    sub_sequence: Option<u64>,
+    partition_key: Box<str>,
+    routing_key: Option<Arc<str>>,
+    explicit_hash_key: Option<Arc<str>>,
+    data: Bytes,
+    arrival: SystemTime,
+}
+
+/// [`least_processor`]'s work in the processor's passes, `chunk` records at a time: each
+/// record of the chunk read into a block of [`Place`]s (its payload and partition key taken
+/// from the event), then the chunk's records handed to the user code from the block, then the
+/// chunk's block and the rest of its part of the event freed. With `chunk` at least the batch's
+/// size, these are the processor's three passes over the whole batch, the event read in place;
+/// with a small `chunk`, each chunk's records are moved out of the event (as the bare loop
+/// moves each record) and its passes run while it is still in the cache. It measures what the
+/// passes cost, and what reading the event in chunks would win back (BENCHMARKS.md, section 1,
+/// twelfth round).
+pub fn least_in_passes(
+    event: KinesisEvent,
+    checkpoint: &SequenceNumber,
+    chunk: usize,
+    user_code: fn(&[u8]) -> Outcome,
+) -> (KinesisEventResponse, Option<SequenceNumber>) {
+    let mut passes = Passes {
+        response: KinesisEventResponse::default(),
+        done: None,
+        checkpoint,
+        user_code,
+        first: None,
+    };
+    let mut records = event.records;
+    if chunk >= records.len() {
+        passes.run(&mut records);
+    } else {
+        let mut rest = records.into_iter();
+        let mut part = Vec::with_capacity(chunk);
+        loop {
+            part.extend(rest.by_ref().take(chunk));
+            if part.is_empty() || !passes.run(&mut part) {
+                break;
+            }
+            // The chunk's part of the event freed now, while it is in the cache.
+            part.clear();
+        }
+    }
+    (passes.response, passes.done)
+}
+
+/// What [`least_in_passes`] carries from one chunk to the next.
+struct Passes<'a> {
+    response: KinesisEventResponse,
+    done: Option<SequenceNumber>,
+    checkpoint: &'a SequenceNumber,
+    user_code: fn(&[u8]) -> Outcome,
+    /// The first record's ARN, shard and key.
+    first: Option<(String, String, LeaseKey)>,
+}
+
+impl Passes<'_> {
+    /// Reads `records` into a block, runs them from it and frees the block; false once a
+    /// record is reported.
+    fn run(&mut self, records: &mut [KinesisEventRecord]) -> bool {
+        let (arn, shard, key) = self.first.get_or_insert_with(|| {
+            let first = &records[0];
+            let shard = first
+                .event_id
+                .as_deref()
+                .and_then(|id| id.split_once(':'))
+                .map_or("", |(shard, _)| shard)
+                .to_owned();
+            let key = LeaseKey::new("orders", &shard);
+            (
+                first.event_source_arn.clone().unwrap_or_default(),
+                shard,
+                key,
+            )
+        });
+        let block: Vec<Place> = records
+            .iter_mut()
+            .map(|record| {
+                let same_shard = record.event_source_arn.as_deref() == Some(arn.as_str())
+                    && record
+                        .event_id
+                        .as_deref()
+                        .and_then(|id| id.split_once(':'))
+                        .is_some_and(|(id, _)| id == shard);
+                assert!(same_shard, "one shard's batch");
+                let kinesis = &mut record.kinesis;
+                Place {
+                    key: key.clone(),
+                    sequence: kinesis.sequence_number.parse().expect("a sequence number"),
+                    sub_sequence: None,
+                    partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
+                    routing_key: None,
+                    explicit_hash_key: None,
+                    data: Bytes::from(std::mem::take(&mut kinesis.data.0)),
+                    arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+                }
+            })
+            .collect();
+        for place in &block {
+            if place.sequence <= *self.checkpoint {
+                continue;
+            }
+            black_box((
+                &place.key,
+                place.sub_sequence,
+                &place.partition_key,
+                place.arrival,
+            ));
+            black_box((&place.routing_key, &place.explicit_hash_key));
+            if !(self.user_code)(&place.data).is_ack() {
+                self.response.add_failure(place.sequence.to_string());
+                return false;
+            }
+            self.done = Some(place.sequence.clone());
+        }
+        true
+    }
+}
