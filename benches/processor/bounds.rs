@@ -16,6 +16,37 @@ use kinesis_checkpoint::{LeaseKey, Outcome, SequenceNumber};
 /// 120 KB of event, well inside one core's L2 on the machines of BENCHMARKS.md.
 pub const CHUNK: usize = 64;
 
+/// The stream and shard of a batch's first record, which every record must name: its ARN, whole,
+/// and its event id's shard (the text before the colon).
+struct FirstShard {
+    arn: String,
+    shard: String,
+}
+
+impl FirstShard {
+    fn of(first: &KinesisEventRecord) -> Self {
+        Self {
+            arn: first.event_source_arn.clone().unwrap_or_default(),
+            shard: shard_of(first).unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// Whether `record` names the first record's stream and shard.
+    fn holds(&self, record: &KinesisEventRecord) -> bool {
+        record.event_source_arn.as_deref() == Some(self.arn.as_str())
+            && shard_of(record) == Some(self.shard.as_str())
+    }
+}
+
+/// The shard a record's event id names.
+fn shard_of(record: &KinesisEventRecord) -> Option<&str> {
+    record
+        .event_id
+        .as_deref()
+        .and_then(|id| id.split_once(':'))
+        .map(|(shard, _)| shard)
+}
+
 /// The least any processor that dedupes a shard's batch must add to the bench's `bare_loop`, in
 /// the same one pass: each record's stream and shard checked against the first's, its sequence
 /// number read and compared with the checkpoint, and the last one done kept for the checkpoint
@@ -35,31 +66,16 @@ where
     let mut response = KinesisEventResponse::default();
     let mut done = None;
     let mut records = event.records.into_iter().peekable();
-    let (stream, shard) = match records.peek() {
-        Some(first) => (
-            first.event_source_arn.clone().unwrap_or_default(),
-            first
-                .event_id
-                .as_deref()
-                .and_then(|id| id.split_once(':'))
-                .map(|(shard, _)| shard.to_owned())
-                .unwrap_or_default(),
-        ),
-        None => return (response, done),
+    let Some(first) = records.peek().map(FirstShard::of) else {
+        return (response, done);
     };
     for record in records {
-        let same_shard = record.event_source_arn.as_deref() == Some(stream.as_str())
-            && record
-                .event_id
-                .as_deref()
-                .and_then(|id| id.split_once(':'))
-                .is_some_and(|(id, _)| id == shard);
+        assert!(first.holds(&record), "one shard's batch");
         let sequence: SequenceNumber = record
             .kinesis
             .sequence_number
             .parse()
             .expect("a sequence number");
-        assert!(same_shard, "one shard's batch");
         if sequence <= *checkpoint {
             continue;
         }
@@ -131,39 +147,23 @@ struct Passes<'a> {
     done: Option<SequenceNumber>,
     checkpoint: &'a SequenceNumber,
     user_code: fn(&[u8]) -> Outcome,
-    /// The first record's ARN, shard and key.
-    first: Option<(String, String, LeaseKey)>,
+    /// The first record's stream and shard, and its key.
+    first: Option<(FirstShard, LeaseKey)>,
 }
 
 impl Passes<'_> {
     /// Reads `records` into a block, runs them from it and frees the block; false once a
     /// record is reported.
     fn run(&mut self, records: &mut [KinesisEventRecord]) -> bool {
-        let (arn, shard, key) = self.first.get_or_insert_with(|| {
-            let first = &records[0];
-            let shard = first
-                .event_id
-                .as_deref()
-                .and_then(|id| id.split_once(':'))
-                .map_or("", |(shard, _)| shard)
-                .to_owned();
-            let key = LeaseKey::new("orders", &shard);
-            (
-                first.event_source_arn.clone().unwrap_or_default(),
-                shard,
-                key,
-            )
+        let (first, key) = self.first.get_or_insert_with(|| {
+            let first = FirstShard::of(&records[0]);
+            let key = LeaseKey::new("orders", &first.shard);
+            (first, key)
         });
         let block: Vec<Place> = records
             .iter_mut()
             .map(|record| {
-                let same_shard = record.event_source_arn.as_deref() == Some(arn.as_str())
-                    && record
-                        .event_id
-                        .as_deref()
-                        .and_then(|id| id.split_once(':'))
-                        .is_some_and(|(id, _)| id == shard);
-                assert!(same_shard, "one shard's batch");
+                assert!(first.holds(record), "one shard's batch");
                 let kinesis = &mut record.kinesis;
                 Place {
                     key: key.clone(),
