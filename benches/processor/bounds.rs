@@ -50,8 +50,7 @@ fn shard_of(record: &KinesisEventRecord) -> Option<&str> {
 /// The least any processor that dedupes a shard's batch must add to the bench's `bare_loop`, in
 /// the same one pass: each record's stream and shard checked against the first's, its sequence
 /// number read and compared with the checkpoint, and the last one done kept for the checkpoint
-/// write.
-/// No lease, store, report, guard or deadline: a bound below every design, to judge the
+/// write. No lease, store, report, guard or deadline: a bound below every design, to judge the
 /// targets by. Each record is read just before the bare loop would free it, so the reads add
 /// instructions but no cache misses (BENCHMARKS.md, section 1, twelfth round).
 pub async fn least_processor<F, Fut>(
@@ -155,8 +154,12 @@ impl Passes<'_> {
     /// Reads `records` into a block, runs them from it and frees the block; false once a
     /// record is reported.
     fn run(&mut self, records: &mut [KinesisEventRecord]) -> bool {
+        // An empty event has no first record to read a shard from, and nothing to run.
+        let Some(head) = records.first() else {
+            return true;
+        };
         let (first, key) = self.first.get_or_insert_with(|| {
-            let first = FirstShard::of(&records[0]);
+            let first = FirstShard::of(head);
             let key = LeaseKey::new("orders", &first.shard);
             (first, key)
         });
