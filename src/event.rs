@@ -8,18 +8,22 @@
 //! This is the wire side of intake: the event's JSON, its quirks (`aws_lambda_events`'s reading
 //! of arrival times) and its failures. What a handler holds once the event is read, the
 //! [`Record`], has its own module, which knows nothing of the event: records also come from
-//! KPL aggregates, local sources and tests.
+//! KPL aggregates, local sources and tests. A large event of one shard is read in two steps,
+//! its payloads only as dispatch reaches them (`placed`).
 
 use std::time::SystemTime;
 
 mod lambda;
+mod placed;
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use bytes::Bytes;
 
 use crate::key::LeaseKey;
 use crate::record::{Arrived, Record};
 use crate::sequence::{SequenceError, SequenceNumber};
+
+use self::placed::take_payload;
+pub(crate) use self::placed::{Payloads, Placed};
 
 /// A record of Lambda's event that cannot be processed, with what is known of where it is.
 ///
@@ -177,6 +181,13 @@ pub(crate) enum ReadEvent {
     /// Every record was read, and all name one stream and shard: every batch Lambda sends. The
     /// records need no grouping, so none of them is looked at again until it is dispatched.
     OneShard { key: LeaseKey, records: Vec<Record> },
+    /// The same of a large event, whose payloads stay in it until dispatch reads them, a chunk
+    /// at a time ([`Payloads`]): each record is known by its [`Placed`] until then.
+    Placed {
+        key: LeaseKey,
+        placed: Vec<Placed>,
+        payloads: Payloads,
+    },
     /// Records of several shards, or some that could not be read: grouped one by one.
     Mixed(Vec<Parsed>),
 }
@@ -187,6 +198,14 @@ impl ReadEvent {
     pub(crate) fn into_parsed(self) -> Vec<Parsed> {
         match self {
             Self::OneShard { records, .. } => records.into_iter().map(Ok).collect(),
+            Self::Placed {
+                placed,
+                mut payloads,
+                ..
+            } => {
+                let placed: Vec<&Placed> = placed.iter().collect();
+                payloads.read(&placed).into_iter().map(Ok).collect()
+            }
             Self::Mixed(parsed) => parsed,
         }
     }
@@ -199,8 +218,12 @@ impl ReadEvent {
 /// at the end of the batch. Freed here, those small blocks would fill glibc's fast bins, and
 /// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
 /// Aggregates are looked for here, where each payload was just decoded, rather than in a pass
-/// of their own over every record's payload once the batch is grouped.
+/// of their own over every record's payload once the batch is grouped. A large event of one
+/// shard is read in two steps instead (see [`Payloads`]).
 pub(crate) fn parse_event(event: &mut KinesisEvent) -> (ReadEvent, bool) {
+    if let Some(read) = read_large(event) {
+        return read;
+    }
     let mut keys = KeyCache::default();
     let mut aggregates = false;
     let arrivals =
@@ -217,6 +240,47 @@ pub(crate) fn parse_event(event: &mut KinesisEvent) -> (ReadEvent, bool) {
         (Err(parsed), _) => ReadEvent::Mixed(parsed),
     };
     (read, aggregates)
+}
+
+/// The first step of reading a large event of one shard whose every record can be read: `None`
+/// for a small event, or as soon as a record names another shard than the first or cannot be
+/// read (the event is left as it was, for [`parse_event`] to read whole).
+/// Otherwise the batch and whether any record is a KPL aggregate (by the first bytes of each
+/// payload), the event's records taken out of `event`.
+fn read_large(event: &mut KinesisEvent) -> Option<(ReadEvent, bool)> {
+    // Only each record's payload length is read here: a pass over a small event costs little,
+    // and a large one's first pass reads the same records right after.
+    let bytes: usize = event.records.iter().map(|r| r.kinesis.data.0.len()).sum();
+    if bytes <= placed::LARGE {
+        return None;
+    }
+    let mut keys = KeyCache::default();
+    let mut aggregates = false;
+    let mut placed = Vec::with_capacity(event.records.len());
+    for (index, record) in event.records.iter().enumerate() {
+        keys.key(
+            record.event_source_arn.as_deref(),
+            record.event_id.as_deref(),
+        )?;
+        if keys.several {
+            return None;
+        }
+        let kinesis = &record.kinesis;
+        aggregates |= crate::kpl::is_aggregate(&kinesis.data.0);
+        placed.push(Placed {
+            index,
+            sequence: kinesis.sequence_number.parse().ok()?,
+            arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+        });
+    }
+    let key = keys.only()?;
+    let payloads = Payloads::new(key.clone(), std::mem::take(&mut event.records));
+    let read = ReadEvent::Placed {
+        key,
+        placed,
+        payloads,
+    };
+    Some((read, aggregates))
 }
 
 /// Every record of a batch names the same stream and shard: read the key out of the first
@@ -239,27 +303,26 @@ impl KeyCache {
 
     /// The key of a record of `arn` whose event id is `event_id`; `None` when either cannot be
     /// read (what [`stream_name`] and [`shard_id`] refuse).
-    fn key(&mut self, arn: Option<&str>, event_id: Option<&str>) -> Option<LeaseKey> {
+    fn key(&mut self, arn: Option<&str>, event_id: Option<&str>) -> Option<&LeaseKey> {
         let (arn, event_id) = (arn?, event_id?);
-        if let Some((last_arn, key)) = &self.last {
+        let same = self.last.as_ref().is_some_and(|(last_arn, key)| {
             // A shard id holds no colon, so an event id that starts with the last shard's id
             // followed by its colon (and something after it) is one `shard_id` reads as that
             // shard.
             let shard = key.shard();
-            if event_id.len() > shard.len() + 1
+            event_id.len() > shard.len() + 1
                 && event_id.as_bytes()[shard.len()] == b':'
                 && event_id.starts_with(shard)
                 && last_arn == arn
-            {
-                return Some(key.clone());
-            }
+        });
+        if !same {
+            let key = LeaseKey::new(stream_name(arn)?, shard_id(event_id)?);
+            // The same key read again after another ARN's text (the same stream named another
+            // way) is still one key.
+            self.several |= self.last.as_ref().is_some_and(|(_, last)| *last != key);
+            self.last = Some((arn.to_owned(), key));
         }
-        let key = LeaseKey::new(stream_name(arn)?, shard_id(event_id)?);
-        // The same key read again after another ARN's text (the same stream named another way)
-        // is still one key.
-        self.several |= self.last.as_ref().is_some_and(|(_, last)| *last != key);
-        self.last = Some((arn.to_owned(), key.clone()));
-        Some(key)
+        self.last.as_ref().map(|(_, key)| key)
     }
 }
 
@@ -270,7 +333,7 @@ fn parse_record(
 ) -> Result<Arrived, Box<MalformedRecord>> {
     let arn = record.event_source_arn.as_deref();
     let event_id = record.event_id.as_deref();
-    let key = keys.key(arn, event_id);
+    let key = keys.key(arn, event_id).cloned();
     // Read again only for a record that cannot be processed, to say what it names.
     let stream = || arn.and_then(stream_name);
     let shard = || event_id.and_then(shard_id);
@@ -296,16 +359,12 @@ fn parse_record(
         };
         return Err(malformed(reason));
     };
+    let (partition_key, data) = take_payload(kinesis);
     Ok(Arrived {
         key,
         sequence,
-        // Both taken from the event rather than copied or wrapped: no block is allocated for
-        // either (a `Bytes` made from a vector with spare capacity allocates a shared header;
-        // `LambdaKinesisEvent` decodes a payload into a vector of its exact length, but
-        // `aws_lambda_events`' decoder leaves two or three bytes spare, which shrinking gives
-        // back in place).
-        partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
-        data: Bytes::from(std::mem::take(&mut kinesis.data.0).into_boxed_slice()),
+        partition_key,
+        data,
         arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
     })
 }

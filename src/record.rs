@@ -18,9 +18,9 @@ use crate::sequence::{Position, SequenceNumber};
 /// One Kinesis record, as the handler receives it.
 ///
 /// Cloning is cheap (shared strings and a shared payload), so a handler may keep a record past
-/// its call. The records of one event share one block of memory, payloads included, freed with
-/// the last of them: to keep a payload for longer than the batch, keep its
-/// [`bytes`](Self::bytes) (a clone holds that payload only), not the record.
+/// its call. The records of one event (of a large one, each 64 read together) share a block of
+/// memory, payloads included, freed with the last of them: to keep a payload for longer than
+/// the batch, keep its [`bytes`](Self::bytes) (a clone holds that payload only), not the record.
 ///
 /// # Examples
 ///
@@ -43,7 +43,7 @@ use crate::sequence::{Position, SequenceNumber};
 pub struct Record {
     /// The block holding the record's fields, shared by its clones: dispatch hands the
     /// handler a clone and keeps the record for its report and dead letter, and a clone of one
-    /// `Arc` costs one count where a clone of each field cost five. The records of one event
+    /// `Arc` costs one count where a clone of each field cost five. The records read together
     /// share one block (see [`Record::arrived_together`]): a block per record was, with its
     /// allocation and its release, a fifth of what the processor added to a bare loop
     /// (BENCHMARKS.md, section 1). A record built alone has a block of its own.

@@ -1,7 +1,8 @@
 //! The bounds `benches/processor.rs` judges the processor against, from the `KinesisEvent`: the
 //! least any processor that dedupes must add to the bare loop, in its one pass; and the same
 //! work in the processor's three passes, over the whole batch or a chunk at a time
-//! (BENCHMARKS.md, section 1, twelfth round). None is a design of the crate's.
+//! (BENCHMARKS.md, section 1, twelfth round), or in two steps, as the processor reads a large
+//! event (thirteenth round). None is the crate's own code.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -100,6 +101,23 @@ struct Place {
     arrival: SystemTime,
 }
 
+impl Place {
+    /// The place of `record`, of `key`'s shard, its payload and partition key taken from it.
+    fn of(key: &LeaseKey, sequence: SequenceNumber, record: &mut KinesisEventRecord) -> Self {
+        let kinesis = &mut record.kinesis;
+        Self {
+            key: key.clone(),
+            sequence,
+            sub_sequence: None,
+            partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
+            routing_key: None,
+            explicit_hash_key: None,
+            data: Bytes::from(std::mem::take(&mut kinesis.data.0)),
+            arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+        }
+    }
+}
+
 /// [`least_processor`]'s work in the processor's passes, `chunk` records at a time: each
 /// record of the chunk read into a block of [`Place`]s (its payload and partition key taken
 /// from the event), then the chunk's records handed to the user code from the block, then the
@@ -167,20 +185,16 @@ impl Passes<'_> {
             .iter_mut()
             .map(|record| {
                 assert!(first.holds(record), "one shard's batch");
-                let kinesis = &mut record.kinesis;
-                Place {
-                    key: key.clone(),
-                    sequence: kinesis.sequence_number.parse().expect("a sequence number"),
-                    sub_sequence: None,
-                    partition_key: std::mem::take(&mut kinesis.partition_key).into_boxed_str(),
-                    routing_key: None,
-                    explicit_hash_key: None,
-                    data: Bytes::from(std::mem::take(&mut kinesis.data.0)),
-                    arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
-                }
+                let sequence = record.kinesis.sequence_number.parse();
+                Place::of(key, sequence.expect("a sequence number"), record)
             })
             .collect();
-        for place in &block {
+        self.dispatch(&block)
+    }
+
+    /// Runs the records of `block` in order; false once a record is reported.
+    fn dispatch(&mut self, block: &[Place]) -> bool {
+        for place in block {
             if place.sequence <= *self.checkpoint {
                 continue;
             }
@@ -199,4 +213,58 @@ impl Passes<'_> {
         }
         true
     }
+}
+
+/// [`least_in_passes`] in chunks, after a first pass over the whole batch that reads only what
+/// the stages before dispatch need (each record's shard checked, its sequence number read into
+/// a vector): the processor's intake for a large event (`event/placed.rs`), which keeps the
+/// claim, the gate and dedupe before dispatch and reads each chunk's payloads, and frees its
+/// part of the event, only as it is dispatched (BENCHMARKS.md, section 1, thirteenth round).
+pub fn least_in_two_phases(
+    event: KinesisEvent,
+    checkpoint: &SequenceNumber,
+    chunk: usize,
+    user_code: fn(&[u8]) -> Outcome,
+) -> (KinesisEventResponse, Option<SequenceNumber>) {
+    let mut passes = Passes {
+        response: KinesisEventResponse::default(),
+        done: None,
+        checkpoint,
+        user_code,
+        first: None,
+    };
+    let records = event.records;
+    let Some(head) = records.first() else {
+        return (passes.response, passes.done);
+    };
+    let first = FirstShard::of(head);
+    let key = LeaseKey::new("orders", &first.shard);
+    let sequences: Vec<SequenceNumber> = records
+        .iter()
+        .map(|record| {
+            assert!(first.holds(record), "one shard's batch");
+            record
+                .kinesis
+                .sequence_number
+                .parse()
+                .expect("a sequence number")
+        })
+        .collect();
+    let mut rest = records.into_iter();
+    let mut part: Vec<KinesisEventRecord> = Vec::with_capacity(chunk);
+    for sequences in sequences.chunks(chunk) {
+        part.extend(rest.by_ref().take(chunk));
+        let block: Vec<Place> = part
+            .iter_mut()
+            .zip(sequences)
+            .map(|(record, sequence)| Place::of(&key, sequence.clone(), record))
+            .collect();
+        if !passes.dispatch(&block) {
+            break;
+        }
+        // The chunk's block and part of the event freed now, while they are in the cache.
+        drop(block);
+        part.clear();
+    }
+    (passes.response, passes.done)
 }

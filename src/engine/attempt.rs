@@ -96,6 +96,10 @@ impl<H: Handler> Runner<'_, H> {
                 let reason = StopReason::Rejected(error.to_string());
                 return self.failed(error.record(), reason, true, failing).await;
             }
+            Entry::Placed(placed) => unreachable!(
+                "record {} of the event is run before it is read",
+                placed.sequence
+            ),
         };
         // One reading of the clock serves both checks and the handler's time limit.
         let now = invocation.now();

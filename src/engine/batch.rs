@@ -6,7 +6,7 @@
 //! [`kpl`](crate::kpl); this module turns their output into [`Entry`]s, which everything after
 //! it (dedupe, dispatch, the checkpoint) reads, and never looks further up.
 
-use crate::event::{MalformedRecord, Parsed, ReadEvent};
+use crate::event::{MalformedRecord, Parsed, Payloads, Placed, ReadEvent};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, PositionSource, RecordReport, ShardReport, StopReason};
@@ -15,10 +15,16 @@ use crate::sequence::{Position, SequenceNumber, cmp_record};
 /// One item of a shard's batch: a record, or a malformed one that stops the shard where it
 /// stands.
 ///
-/// The rare kinds are boxed, so that an entry is as small as a record (two words): a batch's
-/// entries are one vector as long as the batch, written and read once per invocation.
+/// The rare kinds are boxed: a batch's entries are one vector as long as the batch, written
+/// and read once per invocation.
 pub(crate) enum Entry {
     Record(Record),
+    /// A record of a one-shard event whose payload is still in the event: dispatch reads it,
+    /// a chunk at a time, from the batch's [`Payloads`]; every stage before it reads only the
+    /// position. Only a [`ShardBatch`] that holds its `payloads` holds these, and it reads
+    /// them all ([`ShardBatch::read_whole`]) before anything that needs a record's key or
+    /// payload but the in-order dispatch.
+    Placed(Placed),
     Malformed(Box<(MalformedRecord, SequenceNumber)>),
     AfterMalformed(Record),
     /// A KPL aggregate whose MD5 matches but whose contents cannot be read: a poison record,
@@ -33,6 +39,7 @@ impl Entry {
             Self::Record(record) | Self::AfterMalformed(record) => Some(record.key()),
             Self::Malformed(..) => None,
             Self::Undecodable(error) => Some(error.record().key()),
+            Self::Placed(_) => unread(),
         }
     }
 
@@ -43,6 +50,7 @@ impl Entry {
             Self::Record(record) => Some(record.partition_key()),
             Self::Malformed(..) | Self::AfterMalformed(_) => None,
             Self::Undecodable(error) => Some(error.record().partition_key()),
+            Self::Placed(_) => unread(),
         }
     }
 
@@ -54,6 +62,7 @@ impl Entry {
             Self::Record(record) => Some(record.routing_key()),
             Self::Malformed(..) | Self::AfterMalformed(_) => None,
             Self::Undecodable(error) => Some(error.record().routing_key()),
+            Self::Placed(_) => unread(),
         }
     }
 
@@ -72,6 +81,7 @@ impl Entry {
             Self::Record(record) | Self::AfterMalformed(record) => record.sequence(),
             Self::Malformed(malformed) => &malformed.1,
             Self::Undecodable(error) => error.record().sequence(),
+            Self::Placed(placed) => &placed.sequence,
         }
     }
 
@@ -79,7 +89,8 @@ impl Entry {
     pub(crate) fn sub_sequence(&self) -> Option<u64> {
         match self {
             Self::Record(record) | Self::AfterMalformed(record) => record.sub_sequence(),
-            Self::Malformed(..) => None,
+            // An event's record, not a KPL sub-record: those are unpacked from records read.
+            Self::Malformed(..) | Self::Placed(_) => None,
             Self::Undecodable(error) => error.record().sub_sequence(),
         }
     }
@@ -91,6 +102,7 @@ impl Entry {
                 cmp_record(record.sequence(), record.sub_sequence(), other)
             }
             Self::Malformed(malformed) => cmp_record(&malformed.1, None, other),
+            Self::Placed(placed) => cmp_record(&placed.sequence, None, other),
             Self::Undecodable(error) => {
                 let record = error.record();
                 cmp_record(record.sequence(), record.sub_sequence(), other)
@@ -103,8 +115,24 @@ impl Entry {
             Self::Record(record) | Self::AfterMalformed(record) => record.position(),
             Self::Malformed(malformed) => Position::record(malformed.1.clone()),
             Self::Undecodable(error) => error.record().position(),
+            Self::Placed(placed) => Position::record(placed.sequence.clone()),
         }
     }
+
+    /// When the record reached the stream, for a record that can run (read or placed).
+    pub(crate) fn arrival(&self) -> Option<std::time::SystemTime> {
+        match self {
+            Self::Record(record) => Some(record.arrival()),
+            Self::Placed(placed) => Some(placed.arrival),
+            Self::Malformed(..) | Self::AfterMalformed(_) | Self::Undecodable(_) => None,
+        }
+    }
+}
+
+/// What asking a placed entry for what only its record knows means: a stage that reads
+/// records ran on a batch not read whole first ([`ShardBatch::read_whole`]).
+fn unread() -> ! {
+    unreachable!("a placed entry's record is read before anything asks for its key")
 }
 
 /// `position`, or the whole aggregate when `position` is the last of its sub-records in
@@ -175,6 +203,9 @@ pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
 pub(crate) struct ShardBatch {
     pub(crate) key: LeaseKey,
     pub(crate) entries: Vec<Entry>,
+    /// Where the payloads of the [`Entry::Placed`] among `entries` are; `None` when there are
+    /// none.
+    pub(crate) payloads: Option<Payloads>,
     /// For a closed parent's tail read in part (run by a held child): the parent's first
     /// record not read. The batch's last write reports it when the batch runs whole, in the
     /// same write as the progress, so the row goes on proving the rest of the tail to the
@@ -199,6 +230,21 @@ pub(crate) fn group_event(
             let group = ShardBatch {
                 key,
                 entries,
+                payloads: None,
+                reads_on: None,
+            };
+            (vec![group], Vec::new(), None)
+        }
+        ReadEvent::Placed {
+            key,
+            placed,
+            payloads,
+        } => {
+            let entries = placed.into_iter().map(Entry::Placed).collect();
+            let group = ShardBatch {
+                key,
+                entries,
+                payloads: Some(payloads),
                 reads_on: None,
             };
             (vec![group], Vec::new(), None)
@@ -311,6 +357,7 @@ fn group(
             groups.push(ShardBatch {
                 key,
                 entries,
+                payloads: None,
                 reads_on: None,
             });
         }
@@ -319,12 +366,42 @@ fn group(
 }
 
 impl ShardBatch {
+    /// The batch with every record read, in one block, the event kept until the batch is
+    /// dropped: what any stage but the in-order dispatch needs before it looks at a record.
+    pub(crate) fn read_whole(mut self) -> Self {
+        if let Some(payloads) = &mut self.payloads {
+            let read = read_chunk(&self.entries, |placed| payloads.read_whole(placed));
+            for (entry, record) in read {
+                self.entries[entry] = Entry::Record(record);
+            }
+        }
+        self
+    }
+
     /// Whether the group holds an entry from the first malformed record on, which stops it.
     fn stops_after_malformed(&self) -> bool {
         self.entries
             .iter()
             .any(|entry| matches!(entry, Entry::Malformed(..) | Entry::AfterMalformed(_)))
     }
+}
+
+/// The records of the [`Entry::Placed`] among `entries`, read by `read` (out of the batch's
+/// [`Payloads`]) in one block, each with its entry's index in `entries`.
+pub(crate) fn read_chunk(
+    entries: &[Entry],
+    read: impl FnOnce(&[&Placed]) -> Vec<Record>,
+) -> Vec<(usize, Record)> {
+    // Gathered first: read from a slice, the block is allocated once at its size.
+    let (indices, placed): (Vec<usize>, Vec<&Placed>) = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(index, entry)| match entry {
+            Entry::Placed(placed) => Some((index, placed)),
+            _ => None,
+        })
+        .unzip();
+    indices.into_iter().zip(read(&placed)).collect()
 }
 
 /// A shard's entries once dispatch is done, kept by its report: the positions the report names

@@ -12,7 +12,7 @@
 //! | `batch` | the event's records grouped by shard, KPL aggregates unpacked |
 //! | `invocation` | the invocation's owner and deadline, the lease as dispatch sees it |
 //! | `attempt` | the shared attempt runner: one record, guarded, failures and dead letters |
-//! | `ordered` | sequential dispatch |
+//! | `ordered` | sequential dispatch, a large event's records read a chunk at a time |
 //! | `keyed` | per-key dispatch |
 //! | `recovery` | records the mapping skipped, read and put before the batch |
 //! | `transactional` | a transactional handler's writes committed with the checkpoint, in chunks |
@@ -72,9 +72,15 @@ pub(crate) async fn run<H: Handler>(
     let (read, aggregates) = parse_event(event);
     let (mut groups, orphans, unreportable) = group_event(read);
     if settings.deaggregate && aggregates {
-        for group in &mut groups {
-            group.entries = deaggregate(std::mem::take(&mut group.entries));
-        }
+        // Unpacking reads the payloads: every record is read first.
+        groups = groups
+            .into_iter()
+            .map(|group| {
+                let mut group = group.read_whole();
+                group.entries = deaggregate(std::mem::take(&mut group.entries));
+                group
+            })
+            .collect();
     }
     let mut report = BatchReport::default();
     let shards = async {

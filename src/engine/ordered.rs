@@ -5,7 +5,8 @@
 //! in the same [`Dispatched`], which the shard mode's checkpoint write reads.
 
 use super::attempt::{Failing, Runner};
-use super::batch::Entry;
+use super::batch::{Entry, read_chunk};
+use crate::event::Payloads;
 use crate::handler::Handler;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
@@ -36,9 +37,15 @@ pub(crate) type Committed = (
 /// Runs the handler over `pending` in order until a record is not done, dead-lettering the
 /// records that can never be, and skipping those the row remembers as done above the
 /// checkpoint. With per-key concurrency, [`keyed::dispatch`](super::keyed::dispatch) does it.
+///
+/// The records of [`Entry::Placed`] entries are read out of `payloads` a
+/// [`chunk`](Payloads::chunk) at a time, just before they run, and freed once their chunk is
+/// done (unless the handler kept them): the entries themselves stay as they are, positions
+/// only.
 pub(crate) async fn dispatch<H: Handler>(
     runner: &Runner<'_, H>,
     pending: &[Entry],
+    mut payloads: Option<&mut Payloads>,
     failing: Option<FailingRecord>,
     done_above: &[Position],
 ) -> Dispatched {
@@ -50,32 +57,51 @@ pub(crate) async fn dispatch<H: Handler>(
     // Every record before `index` is done: the position below which all are done is the
     // previous record's, taken once at the end rather than cloned for every record.
     let done_before = |index: usize| index.checked_sub(1).map(|last| pending[last].position());
-    for (index, entry) in pending.iter().enumerate() {
-        // Only a row written under per-key concurrency remembers records done above its
-        // checkpoint; without them, no position needs building to look one up.
-        if !done_above.is_empty() && done_above.binary_search(&entry.position()).is_ok() {
-            dispositions[index] = Disposition::Duplicate;
-            continue;
+    let size = payloads.as_deref().map_or(usize::MAX, Payloads::chunk);
+    let mut start = 0;
+    for chunk in pending.chunks(size) {
+        let mut read = match payloads.as_deref_mut() {
+            Some(payloads) => read_chunk(chunk, |placed| payloads.read(placed)),
+            None => Vec::new(),
         }
-        match runner.attempt(entry, &mut failing).await {
-            Ok(disposition) => dispositions[index] = disposition,
-            Err(reason) => {
-                tracing::warn!(
-                    sequence = %entry.sequence(),
-                    sub_sequence = entry.sub_sequence(),
-                    %reason,
-                    "the record is not done; stopping"
-                );
-                dispositions[index] = Disposition::Reported;
-                return Dispatched {
-                    dispositions,
-                    done_through: done_before(index),
-                    stopped: Some((index, reason)),
-                    failing: failing.change,
-                    done_above: Vec::new(),
-                };
+        .into_iter()
+        .peekable();
+        for (offset, entry) in chunk.iter().enumerate() {
+            let index = start + offset;
+            let record = read
+                .next_if(|(at, _)| *at == offset)
+                .map(|(_, record)| record);
+            // Only a row written under per-key concurrency remembers records done above its
+            // checkpoint; without them, no position needs building to look one up.
+            if !done_above.is_empty() && done_above.binary_search(&entry.position()).is_ok() {
+                dispositions[index] = Disposition::Duplicate;
+                continue;
+            }
+            let attempted = match record {
+                Some(record) => runner.attempt(&Entry::Record(record), &mut failing).await,
+                None => runner.attempt(entry, &mut failing).await,
+            };
+            match attempted {
+                Ok(disposition) => dispositions[index] = disposition,
+                Err(reason) => {
+                    tracing::warn!(
+                        sequence = %entry.sequence(),
+                        sub_sequence = entry.sub_sequence(),
+                        %reason,
+                        "the record is not done; stopping"
+                    );
+                    dispositions[index] = Disposition::Reported;
+                    return Dispatched {
+                        dispositions,
+                        done_through: done_before(index),
+                        stopped: Some((index, reason)),
+                        failing: failing.change,
+                        done_above: Vec::new(),
+                    };
+                }
             }
         }
+        start += chunk.len();
     }
     Dispatched {
         dispositions,

@@ -119,14 +119,12 @@ fn aged<H>(
     invocation: &Invocation,
 ) -> Option<SkippedRange> {
     let (limit, from_start) = settings.gate.as_deref()?.record_age()?;
-    let Some(Entry::Record(record)) = first else {
-        return None;
-    };
-    let arrival = crate::clock::millis_since_epoch(record.arrival());
+    let first = first?;
+    let arrival = crate::clock::millis_since_epoch(first.arrival()?);
     let age = invocation.now().saturating_sub(arrival);
     suspected(
         checkpoint,
-        &record.position(),
+        &first.position(),
         (age, crate::store::memory::millis(limit)),
         from_start,
     )

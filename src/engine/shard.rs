@@ -67,9 +67,14 @@ async fn run_shard_at<H: Handler>(
     invocation: &Invocation,
     depth: usize,
 ) -> ShardReport {
+    // Only in-order dispatch reads the records as it goes: per-key dispatch and the
+    // transactional commit read every record's key first.
+    let in_order = settings.max_in_flight <= 1 && !settings.transactional;
+    let group = if in_order { group } else { group.read_whole() };
     let ShardBatch {
         key,
         entries,
+        mut payloads,
         reads_on,
     } = group;
     let owner = invocation.owner.as_str();
@@ -165,7 +170,8 @@ async fn run_shard_at<H: Handler>(
             };
             keyed::dispatch(&runner, pending, failing, &state.done_above, limits).await
         } else {
-            ordered::dispatch(&runner, pending, failing, &state.done_above).await
+            let payloads = payloads.as_mut();
+            ordered::dispatch(&runner, pending, payloads, failing, &state.done_above).await
         }
     };
     let mut dispatched = tokio::select! {
@@ -341,6 +347,7 @@ async fn parent_tail<H: Handler>(
     let batch = ShardBatch {
         key: parent.clone(),
         entries,
+        payloads: None,
         reads_on: unread.clone(),
     };
     // Boxed: a parent's run may recover its own parent's tail in turn. In a span of its own,

@@ -128,7 +128,8 @@ pub(crate) async fn run_shard<H: Handler>(
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
-    let ShardBatch { key, entries, .. } = group;
+    // Every stage of this mode reads the records' keys: every record is read first.
+    let ShardBatch { key, entries, .. } = group.read_whole();
     let mut report = ShardReport::empty(key.clone());
     // A closed parent's tail no invocation of the parent can run any more is run here first.
     let held = tail::gate(settings, &key, invocation, &mut report.parents).await;

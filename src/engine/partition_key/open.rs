@@ -196,10 +196,11 @@ async fn write<H>(
 
 /// When the record of `entry` arrived in the stream, in epoch milliseconds.
 fn arrival(entry: &Entry) -> Option<u64> {
-    let record = match entry {
-        Entry::Record(record) | Entry::AfterMalformed(record) => record,
-        Entry::Undecodable(error) => error.record(),
+    let arrival = match entry {
+        Entry::Record(record) | Entry::AfterMalformed(record) => record.arrival(),
+        Entry::Undecodable(error) => error.record().arrival(),
+        Entry::Placed(placed) => placed.arrival,
         Entry::Malformed(..) => return None,
     };
-    Some(crate::clock::millis_since_epoch(record.arrival()))
+    Some(crate::clock::millis_since_epoch(arrival))
 }
