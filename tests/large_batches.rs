@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use common::{context, event, lambda_record, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
-use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint::processor::CheckpointMode;
+use kinesis_checkpoint::{Handler, LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";
@@ -76,6 +77,15 @@ impl Seen {
     }
 }
 
+/// Runs the large batch through `processor`, every record done.
+async fn run_large<H: Handler, M: CheckpointMode>(processor: &Processor<H, M>) {
+    let response = processor
+        .process(large(0..RECORDS), &context("r1", 60_000))
+        .await
+        .unwrap();
+    assert!(reported(&response).is_empty());
+}
+
 async fn checkpoint_of(store: &MemoryLeaseStore) -> Option<String> {
     store
         .read(&LeaseKey::new(STREAM, SHARD))
@@ -90,12 +100,7 @@ async fn a_large_batch_runs_every_record_in_order_with_its_own_payload() {
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None));
 
-    let response = processor
-        .process(large(0..RECORDS), &context("r1", 60_000))
-        .await
-        .unwrap();
-
-    assert!(reported(&response).is_empty());
+    run_large(&processor).await;
     assert_eq!(seen.all(), (0..RECORDS).collect::<Vec<_>>());
     assert_eq!(checkpoint_of(&store).await, Some(sequence(RECORDS - 1)));
 }
@@ -160,12 +165,7 @@ async fn a_rejected_record_of_a_large_batch_is_dead_lettered_with_its_payload() 
     )
     .dead_letters(letters.clone());
 
-    let response = processor
-        .process(large(0..RECORDS), &context("r1", 60_000))
-        .await
-        .unwrap();
-
-    assert!(reported(&response).is_empty());
+    run_large(&processor).await;
     let lettered: Vec<u64> = letters.letters().iter().map(|l| n_of(&l.record)).collect();
     assert_eq!(lettered, [150, 299]);
     assert!(
@@ -189,10 +189,7 @@ async fn records_a_handler_keeps_outlive_their_chunk_with_their_payloads() {
         std::future::ready(Outcome::ack())
     });
 
-    processor
-        .process(large(0..RECORDS), &context("r1", 60_000))
-        .await
-        .unwrap();
+    run_large(&processor).await;
 
     let kept = kept.lock().unwrap();
     assert_eq!(kept.len(), usize::try_from(RECORDS).unwrap());
@@ -210,12 +207,7 @@ async fn per_key_dispatch_of_a_large_batch_runs_every_record_in_its_keys_order()
     let seen = Seen::default();
     let processor = Processor::new(store.clone(), seen.handler(|_| None)).concurrency(4);
 
-    let response = processor
-        .process(large(0..RECORDS), &context("r1", 60_000))
-        .await
-        .unwrap();
-
-    assert!(reported(&response).is_empty());
+    run_large(&processor).await;
     let mut all = seen.all();
     for key in 0..7 {
         let of_key: Vec<u64> = all.iter().copied().filter(|n| n % 7 == key).collect();
@@ -232,12 +224,7 @@ async fn the_partition_key_mode_reads_a_large_batch_whole_and_runs_every_record(
     let seen = Seen::default();
     let processor = Processor::by_partition_key(store, seen.handler(|_| None));
 
-    let response = processor
-        .process(large(0..RECORDS), &context("r1", 60_000))
-        .await
-        .unwrap();
-
-    assert!(reported(&response).is_empty());
+    run_large(&processor).await;
     let mut all = seen.all();
     all.sort_unstable();
     assert_eq!(all, (0..RECORDS).collect::<Vec<_>>());

@@ -133,13 +133,7 @@ pub fn least_in_passes(
     chunk: usize,
     user_code: fn(&[u8]) -> Outcome,
 ) -> (KinesisEventResponse, Option<SequenceNumber>) {
-    let mut passes = Passes {
-        response: KinesisEventResponse::default(),
-        done: None,
-        checkpoint,
-        user_code,
-        first: None,
-    };
+    let mut passes = Passes::new(checkpoint, user_code);
     let mut records = event.records;
     if chunk >= records.len() {
         passes.run(&mut records);
@@ -168,7 +162,18 @@ struct Passes<'a> {
     first: Option<(FirstShard, LeaseKey)>,
 }
 
-impl Passes<'_> {
+impl<'a> Passes<'a> {
+    /// Nothing run yet, against `checkpoint`, with `user_code`.
+    fn new(checkpoint: &'a SequenceNumber, user_code: fn(&[u8]) -> Outcome) -> Self {
+        Self {
+            response: KinesisEventResponse::default(),
+            done: None,
+            checkpoint,
+            user_code,
+            first: None,
+        }
+    }
+
     /// Reads `records` into a block, runs them from it and frees the block; false once a
     /// record is reported.
     fn run(&mut self, records: &mut [KinesisEventRecord]) -> bool {
@@ -226,13 +231,7 @@ pub fn least_in_two_phases(
     chunk: usize,
     user_code: fn(&[u8]) -> Outcome,
 ) -> (KinesisEventResponse, Option<SequenceNumber>) {
-    let mut passes = Passes {
-        response: KinesisEventResponse::default(),
-        done: None,
-        checkpoint,
-        user_code,
-        first: None,
-    };
+    let mut passes = Passes::new(checkpoint, user_code);
     let records = event.records;
     let Some(head) = records.first() else {
         return (passes.response, passes.done);
