@@ -23,7 +23,7 @@ use crate::record::{Arrived, Record};
 use crate::sequence::{SequenceError, SequenceNumber};
 
 use self::placed::take_payload;
-pub(crate) use self::placed::{Payloads, Placed};
+pub(crate) use self::placed::{LARGE, Payloads, Placed};
 
 /// A record of Lambda's event that cannot be processed, with what is known of where it is.
 ///
@@ -220,8 +220,8 @@ impl ReadEvent {
 /// Aggregates are looked for here, where each payload was just decoded, rather than in a pass
 /// of their own over every record's payload once the batch is grouped. A large event of one
 /// shard is read in two steps instead (see [`Payloads`]).
-pub(crate) fn parse_event(event: &mut KinesisEvent) -> (ReadEvent, bool) {
-    if let Some(read) = read_large(event) {
+pub(crate) fn parse_event(event: &mut KinesisEvent, large: usize) -> (ReadEvent, bool) {
+    if let Some(read) = read_large(event, large) {
         return read;
     }
     let mut keys = KeyCache::default();
@@ -247,11 +247,11 @@ pub(crate) fn parse_event(event: &mut KinesisEvent) -> (ReadEvent, bool) {
 /// read (the event is left as it was, for [`parse_event`] to read whole).
 /// Otherwise the batch and whether any record is a KPL aggregate (by the first bytes of each
 /// payload), the event's records taken out of `event`.
-fn read_large(event: &mut KinesisEvent) -> Option<(ReadEvent, bool)> {
+fn read_large(event: &mut KinesisEvent, large: usize) -> Option<(ReadEvent, bool)> {
     // Only each record's payload length is read here: a pass over a small event costs little,
     // and a large one's first pass reads the same records right after.
     let bytes: usize = event.records.iter().map(|r| r.kinesis.data.0.len()).sum();
-    if bytes <= placed::LARGE {
+    if bytes <= large {
         return None;
     }
     let mut keys = KeyCache::default();
@@ -378,7 +378,7 @@ mod tests {
 
     /// Each record of `event` as read, however the event was read.
     fn read(event: &mut KinesisEvent) -> Vec<Parsed> {
-        parse_event(event).0.into_parsed()
+        parse_event(event, LARGE).0.into_parsed()
     }
 
     fn event(records: &serde_json::Value) -> KinesisEvent {
@@ -443,10 +443,13 @@ mod tests {
         let later = "49590338271490256608559692538361571095921575989136588899";
         let consumer = format!("{ARN}/consumer/app:1700000000");
         // One shard, named by its stream's ARN and by a consumer's: one key, in order.
-        let (read, _) = parse_event(&mut event(&serde_json::json!([
-            lambda_record(&id(4), ARN, SEQ),
-            lambda_record(&id(4), &consumer, later),
-        ])));
+        let (read, _) = parse_event(
+            &mut event(&serde_json::json!([
+                lambda_record(&id(4), ARN, SEQ),
+                lambda_record(&id(4), &consumer, later),
+            ])),
+            LARGE,
+        );
         let ReadEvent::OneShard { key, records } = read else {
             panic!("one shard's batch")
         };
@@ -469,14 +472,14 @@ mod tests {
             serde_json::json!([lambda_record("no-colon-here", ARN, SEQ)]),
         ];
         for records in &mixed {
-            let (read, _) = parse_event(&mut event(records));
+            let (read, _) = parse_event(&mut event(records), LARGE);
             let ReadEvent::Mixed(parsed) = read else {
                 panic!("not one shard's batch: {records}")
             };
             assert_eq!(parsed.len(), records.as_array().unwrap().len());
         }
         // No record at all: nothing to group.
-        let (read, _) = parse_event(&mut event(&serde_json::json!([])));
+        let (read, _) = parse_event(&mut event(&serde_json::json!([])), LARGE);
         assert!(matches!(read, ReadEvent::Mixed(parsed) if parsed.is_empty()));
     }
 

@@ -311,6 +311,8 @@ struct Harness {
     /// Invocations may pause (a frozen sandbox) past their stored lease while a rival takes the
     /// batch (`skew::Pause`).
     pauses: bool,
+    /// Every event of one shard is read in chunks.
+    chunked: bool,
     rng: Mutex<Rng>,
 }
 
@@ -336,6 +338,11 @@ impl Harness {
         if let Some(attempts) = self.retry_attempts {
             gate = gate.maximum_retry_attempts(attempts);
         }
+        let processor = if self.chunked {
+            processor.read_in_chunks_above(0)
+        } else {
+            processor
+        };
         processor
             .clock(clock)
             .dead_letters(sink)
@@ -733,6 +740,9 @@ struct Scenario {
     pauses: bool,
     /// The dead-letter family, when on.
     letters: Option<Letters>,
+    /// Every event of one shard is read in chunks (`Processor::read_in_chunks_above(0)`), as
+    /// only events of more than 2 MB are by default: the scenarios' batches are far smaller.
+    chunked: bool,
 }
 
 impl Scenario {
@@ -862,6 +872,8 @@ impl Scenario {
             pauses,
             seed_consumer,
             letters: Letters::draw(seed),
+            // Drawn apart, so that every other setting of a seed stays as it was.
+            chunked: Rng::new(seed ^ 0xC4_0C4E).chance(0.5),
         }
     }
 
@@ -1339,6 +1351,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
+        chunked: scenario.chunked,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written

@@ -443,7 +443,7 @@ pub(crate) fn stop_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::parse_event;
+    use crate::event::{LARGE, parse_event};
 
     fn event(shards: &[u32]) -> aws_lambda_events::event::kinesis::KinesisEvent {
         let records: Vec<_> = shards
@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn one_shards_batch_is_its_one_group_as_grouping_record_by_record_makes_it() {
-        let (read, _) = parse_event(&mut event(&[3, 3, 3]));
+        let (read, _) = parse_event(&mut event(&[3, 3, 3]), LARGE);
         let ReadEvent::OneShard { records, .. } = &read else {
             panic!("one shard's batch")
         };
@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_two_shards_is_grouped_by_shard_in_the_events_order() {
-        let (read, _) = parse_event(&mut event(&[1, 2, 1]));
+        let (read, _) = parse_event(&mut event(&[1, 2, 1]), LARGE);
         assert!(matches!(read, ReadEvent::Mixed(_)));
         let (groups, _, _) = group_event(read);
         let shapes = shape(&groups);

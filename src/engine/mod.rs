@@ -69,7 +69,7 @@ pub(crate) async fn run<H: Handler>(
         time_left_ms = invocation.time_left().map(|left| left.as_millis()),
         "batch received"
     );
-    let (read, aggregates) = parse_event(event);
+    let (read, aggregates) = parse_event(event, settings.read_in_chunks_above);
     let (mut groups, orphans, unreportable) = group_event(read);
     if settings.deaggregate && aggregates {
         // Unpacking reads the payloads: every record is read first.

@@ -119,6 +119,8 @@ pub(crate) struct Settings<H> {
     /// The handler stages `DynamoDB` writes ([`Processor::transactional`](crate::Processor::transactional)):
     /// each is committed with the checkpoint, in transactions.
     pub(crate) transactional: bool,
+    /// Above this many bytes of payloads, an event of one shard is read in two steps.
+    pub(crate) read_in_chunks_above: usize,
 }
 
 impl<H> Settings<H> {
@@ -141,6 +143,7 @@ impl<H> Settings<H> {
             meter: None,
             clock: clock::system(),
             transactional: false,
+            read_in_chunks_above: crate::event::LARGE,
         }
     }
 }
@@ -164,6 +167,7 @@ impl<H> Clone for Settings<H> {
             meter: self.meter.clone(),
             clock: Arc::clone(&self.clock),
             transactional: self.transactional,
+            read_in_chunks_above: self.read_in_chunks_above,
         }
     }
 }

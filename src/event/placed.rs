@@ -28,7 +28,7 @@ pub(crate) const CHUNK: usize = 64;
 /// way on the AMD EPYC of BENCHMARKS.md, whose L2 is 512 KB and L3 8 MB), and each chunk's freed
 /// strings, a dozen per record, have glibc consolidate its fast bins at the next chunk's block,
 /// which cost 8 % at 100 records and 10 % at 1,000 (section 1, thirteenth round).
-pub(super) const LARGE: usize = 2 * 1024 * 1024;
+pub(crate) const LARGE: usize = 2 * 1024 * 1024;
 
 /// What the stages before dispatch (the claim, the gate, recovery, dedupe, the checkpoint and
 /// the report) need of a record of a large event: its place in the event, its sequence number
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn a_large_event_of_one_shard_is_placed_and_read_forwards_a_chunk_at_a_time() {
         let mut large = event(3, 800 * 1024, &[4]);
-        let (read, aggregates) = parse_event(&mut large);
+        let (read, aggregates) = parse_event(&mut large, LARGE);
         assert!(!aggregates);
         assert!(
             large.records.is_empty(),
@@ -215,7 +215,7 @@ mod tests {
             placed,
             mut payloads,
             ..
-        } = parse_event(&mut large).0
+        } = parse_event(&mut large, LARGE).0
         else {
             panic!("a large event of one shard is placed")
         };
@@ -228,9 +228,9 @@ mod tests {
 
     #[test]
     fn a_small_event_or_a_large_one_of_two_shards_is_read_whole() {
-        let (small, _) = parse_event(&mut event(3, 1024, &[4]));
+        let (small, _) = parse_event(&mut event(3, 1024, &[4]), LARGE);
         assert!(matches!(small, ReadEvent::OneShard { .. }));
-        let (two, _) = parse_event(&mut event(3, 800 * 1024, &[4, 5]));
+        let (two, _) = parse_event(&mut event(3, 800 * 1024, &[4, 5]), LARGE);
         let ReadEvent::Mixed(parsed) = two else {
             panic!("two shards are grouped record by record")
         };

@@ -248,6 +248,26 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
         self
     }
 
+    /// Above this many bytes of payloads (2 MiB by default), an event of one shard is read in
+    /// two steps: each record's position first, then its payload 64 records at a time as
+    /// in-order dispatch reaches them, each chunk's part of the event freed once read, so that
+    /// a batch larger than the CPU's caches is fetched from memory about once rather than three
+    /// times (BENCHMARKS.md, section 1, thirteenth round). Smaller events are read whole. Only
+    /// speed depends on it: every record is treated alike either way, and 0 reads every event
+    /// of one shard in chunks.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+    /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
+    ///     .read_in_chunks_above(1024 * 1024);
+    /// ```
+    #[must_use]
+    pub const fn read_in_chunks_above(mut self, bytes: usize) -> Self {
+        self.settings.read_in_chunks_above = bytes;
+        self
+    }
+
     /// How many failed attempts a record gets before it is dead-lettered (at least 1; default
     /// 3). Only with a [`dead_letters`](Self::dead_letters) sink.
     ///
