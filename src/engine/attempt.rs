@@ -101,8 +101,12 @@ impl<H: Handler> Runner<'_, H> {
                 placed.sequence
             ),
         };
-        // One reading of the clock serves both checks and the handler's time limit.
-        let now = invocation.now();
+        // One reading of the clock serves both checks and the handler's time limit, a coarse
+        // one: a precise reading per record was a fifth of the processor's own cost (BENCHMARKS.md,
+        // section 1, fourteenth round). Lagging by a tick at most, it lets a record start that
+        // much later toward the lease's end or the deadline, each kept a second away by its
+        // margin; the handler's time limit is the deadline's, whatever the reading.
+        let now = invocation.now_coarse();
         if lease.lost_at(now) {
             return Err(StopReason::Fenced);
         }

@@ -68,6 +68,13 @@ impl Invocation {
         self.clock.now_millis()
     }
 
+    /// The clock's time now, read where it is cheapest: up to a clock tick (a few
+    /// milliseconds) behind [`now`](Self::now), never ahead. For the checks made before each
+    /// record, whose margins are a second wide.
+    pub(crate) fn now_coarse(&self) -> u64 {
+        self.clock.now_millis_coarse()
+    }
+
     /// The clock everything in this invocation waits on.
     pub(crate) fn clock(&self) -> &dyn Clock {
         self.clock.as_ref()
