@@ -30,7 +30,8 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// - [`now_millis_coarse`](Self::now_millis_coarse) is the same wall time read where it is
 ///   cheapest: it may lag `now_millis` by up to the system's clock tick (a few milliseconds),
 ///   never leads it, and never runs backwards either. The engine reads it before every record,
-///   for checks whose margins are a second wide.
+///   and the precise reading only when a check could fail within 100 ms of it, so a lag of up
+///   to that changes no decision.
 /// - All are cheap.
 ///
 /// Two clocks of one process may disagree (that is what a skewed sandbox is), but everything
@@ -59,7 +60,8 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// The wall time in milliseconds since the Unix epoch, as cheap to read as the clock can
     /// make it: behind [`now_millis`](Self::now_millis) by at most the system's clock tick
     /// (1 to 10 ms on Linux), never ahead of it. What the engine reads before each record to
-    /// check the lease and the deadline, whose margins (a second by default) dwarf the lag.
+    /// check the lease and the deadline; within 100 ms of either limit it reads `now_millis`
+    /// instead, so a record starts or stops exactly as the precise time says.
     ///
     /// A clock with no cheaper reading gives `now_millis`, which keeps the contract exactly;
     /// [`SystemClock`] reads Linux's `CLOCK_REALTIME_COARSE`, a quarter of the cost of the

@@ -1,6 +1,7 @@
 //! What the clock does to a batch: a record cut by the invocation's deadline is not charged for
 //! it unless it had a fair share of the time, and the local view of the lease never outlives the
-//! stored one (counted from the claim's request, renewed while the gate reads the stream).
+//! stored one (counted from the claim's request, renewed while the gate reads the stream), and
+//! the cheap reading the engine checks before each record never stretches a handler's time.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{batch, context, n_of, redeliver_from, sequence};
+use kinesis_checkpoint::clock::{Clock, Sleep, TokioClock};
 use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
 use kinesis_checkpoint::report::StopReason;
@@ -223,4 +225,115 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
         store.read(&key()).await.unwrap().checkpoint,
         Some(sequence(4))
     );
+}
+
+/// A clock whose cheap reading lags its precise one by `lag` milliseconds: more than a tick, so
+/// that a decision or a time limit taken from the wrong reading shows.
+#[derive(Debug)]
+struct LaggingCheapReading {
+    clock: TokioClock,
+    lag: u64,
+}
+
+impl Clock for LaggingCheapReading {
+    fn now_millis(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        self.clock.sleep(duration)
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.clock.monotonic()
+    }
+
+    fn now_millis_coarse(&self) -> u64 {
+        self.clock.now_millis().saturating_sub(self.lag)
+    }
+}
+
+const START: u64 = 1_800_000_000_000;
+
+/// A processor on `clock` with one attempt per record and a deadline margin of 100 ms, whose
+/// handler hangs on record `hanging`; and an invocation context whose deadline is 1 s after
+/// `START`.
+fn hanging_on(
+    store: &Arc<MemoryLeaseStore>,
+    clock: LaggingCheapReading,
+    hanging: u64,
+) -> (
+    Processor<impl kinesis_checkpoint::Handler>,
+    lambda_runtime::Context,
+) {
+    let processor = Processor::new(store.clone(), move |record: Record| async move {
+        if n_of(&record) == hanging {
+            std::future::pending::<()>().await;
+        }
+        Outcome::ack()
+    })
+    .clock(Arc::new(clock))
+    .max_attempts(1)
+    .deadline_margin(Duration::from_millis(100));
+    let mut context = context("r1", 0);
+    context.deadline = START + 1_000;
+    (processor, context)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lagging_cheap_reading_of_the_clock_does_not_stretch_a_handler_past_the_deadline() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let clock = LaggingCheapReading {
+        clock: TokioClock::starting_at(START),
+        lag: 300,
+    };
+    let (processor, context) = hanging_on(&store, clock, 1);
+
+    let started = tokio::time::Instant::now();
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..3), &context)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::HandlerTimedOut))
+    );
+    // The deadline less its margin is 900 ms away; a limit counted from the lagging reading
+    // would end 300 ms later, inside the margin.
+    let elapsed = started.elapsed();
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(910)).contains(&elapsed),
+        "stopped after {elapsed:?}"
+    );
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_deadline_margin() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    // Record 0 hangs until its time limit, the deadline less its margin, and is dead-lettered
+    // (one attempt). The cheap reading then says 50 ms are left before the margin; the precise
+    // one says none, and record 1 must not start.
+    let clock = LaggingCheapReading {
+        clock: TokioClock::starting_at(START),
+        lag: 50,
+    };
+    let (processor, context) = hanging_on(&store, clock, 0);
+    let sink = Arc::new(MemoryDeadLetters::new());
+    let processor = processor.dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);
+
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..2), &context)
+        .await
+        .unwrap();
+
+    assert_eq!(sink.letters().len(), 1, "record 0 had the whole time");
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::Deadline))
+    );
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(0)));
 }

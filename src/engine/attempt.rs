@@ -11,6 +11,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -101,12 +102,9 @@ impl<H: Handler> Runner<'_, H> {
                 placed.sequence
             ),
         };
-        // One reading of the clock serves both checks and the handler's time limit, a coarse
-        // one: a precise reading per record was a fifth of the processor's own cost (BENCHMARKS.md,
-        // section 1, fourteenth round). Lagging by a tick at most, it lets a record start that
-        // much later toward the lease's end or the deadline, each kept a second away by its
-        // margin; the handler's time limit is the deadline's, whatever the reading.
-        let now = invocation.now_coarse();
+        // One reading of the clock serves both checks and the handler's time limit (which is
+        // the deadline less its margin, whatever the reading).
+        let now = check_time(invocation, lease, settings.deadline_margin);
         if lease.lost_at(now) {
             return Err(StopReason::Fenced);
         }
@@ -276,6 +274,33 @@ impl<H: Handler> Runner<'_, H> {
             clock: self.invocation.clock(),
             timer: None,
         }
+    }
+}
+
+/// How far behind the precise time the clock's cheap reading may be for the checks before a
+/// record to trust it: far more than a clock tick (1 to 10 ms on Linux), so a virtual CPU's late
+/// ticks too.
+const COARSE_LAG_MILLIS: u64 = 100;
+
+/// The time the checks before a record read (epoch milliseconds).
+///
+/// The clock's cheap reading, unless a check could fail within [`COARSE_LAG_MILLIS`] of it: a
+/// precise reading before every record was a fifth of the processor's own cost (BENCHMARKS.md,
+/// section 1, fourteenth round). Both checks only ever fail as time goes on, and the precise
+/// time is at most that far past the cheap reading, so when both pass at that latest time they
+/// pass at the precise one; near the lease's end or the deadline's margin the precise clock is
+/// read, and a record starts or stops exactly as the precise clock says.
+fn check_time(invocation: &Invocation, lease: &LeaseWatch, margin: Duration) -> u64 {
+    let cheap = invocation.now_coarse();
+    let latest = cheap.saturating_add(COARSE_LAG_MILLIS);
+    let far_from_both = !lease.lost_at(latest)
+        && invocation
+            .time_left_at(latest)
+            .is_none_or(|left| left > margin);
+    if far_from_both {
+        cheap
+    } else {
+        invocation.now()
     }
 }
 
