@@ -70,7 +70,7 @@ impl Invocation {
 
     /// The clock's time now, read where it is cheapest: up to a clock tick (a few
     /// milliseconds) behind [`now`](Self::now), never ahead. For the checks made before each
-    /// record, whose margins are a second wide.
+    /// record, which read [`now`](Self::now) instead near a limit (`attempt::check_time`).
     pub(crate) fn now_coarse(&self) -> u64 {
         self.clock.now_millis_coarse()
     }
