@@ -30,8 +30,9 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// - [`now_millis_coarse`](Self::now_millis_coarse) is the same wall time read where it is
 ///   cheapest: it may lag `now_millis` by up to the system's clock tick (a few milliseconds),
 ///   never leads it, and never runs backwards either. The engine reads it before every record,
-///   and the precise reading only when a check could fail within 100 ms of it, so a lag of up
-///   to that changes no decision.
+///   and the precise reading only when a decision (the lease lost, too little time to start, a
+///   fair share of the invocation's time) could change within 100 ms of it, so a lag of up to
+///   that changes no decision.
 /// - All are cheap.
 ///
 /// Two clocks of one process may disagree (that is what a skewed sandbox is), but everything

@@ -57,6 +57,10 @@
 //!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
 //!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
 //!   delivery runs its batch (`skew.rs`).
+//! - a lagging cheap reading of the clock (every scenario): the engine's checks before each
+//!   record read `Clock::now_millis_coarse`, here 0 to 100 ms behind the precise time (the
+//!   engine trusts it only when both checks pass 100 ms later; the system's coarse clock lags
+//!   by a tick, a few milliseconds).
 //!
 //! In the partition-key mode the stream goes on with one more record of every key, each in a
 //! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
@@ -121,6 +125,7 @@ use std::time::Duration;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
+use common::clock::LaggingCheapReading;
 use common::faults::{Chaos, ChaosLevels};
 use kinesis_checkpoint::clock::{Clock, TokioClock};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
@@ -313,6 +318,8 @@ struct Harness {
     pauses: bool,
     /// Every event of one shard is read in chunks.
     chunked: bool,
+    /// How far the processor's cheap reading of the clock lags the precise one (milliseconds).
+    cheap_lag_ms: u64,
     rng: Mutex<Rng>,
 }
 
@@ -324,6 +331,10 @@ impl Harness {
         sink: Arc<dyn DeadLetterSink>,
     ) -> Processor<H, M> {
         let clock = self.shared.clock.clone();
+        let lagging = Arc::new(LaggingCheapReading {
+            inner: clock.clone(),
+            lag: self.cheap_lag_ms,
+        });
         let topology: Arc<dyn kinesis_checkpoint::gate::Topology> = match self.read_cap {
             Some(cap) => Arc::new(parts::Capped {
                 inner: self.topology.clone(),
@@ -344,7 +355,7 @@ impl Harness {
             processor
         };
         processor
-            .clock(clock)
+            .clock(lagging)
             .dead_letters(sink)
             .gate(gate)
             .concurrency(self.in_flight)
@@ -743,6 +754,8 @@ struct Scenario {
     /// Every event of one shard is read in chunks (`Processor::read_in_chunks_above(0)`), as
     /// only events of more than 2 MB are by default: the scenarios' batches are far smaller.
     chunked: bool,
+    /// How far the processor's cheap reading of the clock lags the precise one (milliseconds).
+    cheap_lag_ms: u64,
 }
 
 impl Scenario {
@@ -874,6 +887,7 @@ impl Scenario {
             letters: Letters::draw(seed),
             // Drawn apart, so that every other setting of a seed stays as it was.
             chunked: Rng::new(seed ^ 0xC4_0C4E).chance(0.5),
+            cheap_lag_ms: Rng::new(seed ^ 0xC0_A25E).within(0..101),
         }
     }
 
@@ -1352,6 +1366,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
         chunked: scenario.chunked,
+        cheap_lag_ms: scenario.cheap_lag_ms,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written

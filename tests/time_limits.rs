@@ -1,15 +1,21 @@
 //! What the clock does to a batch: a record cut by the invocation's deadline is not charged for
 //! it unless it had a fair share of the time, and the local view of the lease never outlives the
 //! stored one (counted from the claim's request, renewed while the gate reads the stream), and
-//! the cheap reading the engine checks before each record never stretches a handler's time.
+//! the cheap reading the engine checks before each record, up to 100 ms behind the precise time,
+//! changes no decision: no record starts inside the deadline's margin or after the lease
+//! lapsed, no handler's time is stretched, no attempt is charged that the precise time would not
+//! charge.
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::clock::LaggingCheapReading;
+use common::faults::faulty;
 use common::{batch, context, n_of, redeliver_from, sequence};
-use kinesis_checkpoint::clock::{Clock, Sleep, TokioClock};
+use kinesis_checkpoint::clock::TokioClock;
 use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
 use kinesis_checkpoint::report::StopReason;
@@ -227,32 +233,6 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
     );
 }
 
-/// A clock whose cheap reading lags its precise one by `lag` milliseconds: more than a tick, so
-/// that a decision or a time limit taken from the wrong reading shows.
-#[derive(Debug)]
-struct LaggingCheapReading {
-    clock: TokioClock,
-    lag: u64,
-}
-
-impl Clock for LaggingCheapReading {
-    fn now_millis(&self) -> u64 {
-        self.clock.now_millis()
-    }
-
-    fn sleep(&self, duration: Duration) -> Sleep {
-        self.clock.sleep(duration)
-    }
-
-    fn monotonic(&self) -> Duration {
-        self.clock.monotonic()
-    }
-
-    fn now_millis_coarse(&self) -> u64 {
-        self.clock.now_millis().saturating_sub(self.lag)
-    }
-}
-
 const START: u64 = 1_800_000_000_000;
 
 /// A processor on `clock` with one attempt per record and a deadline margin of 100 ms, whose
@@ -284,7 +264,7 @@ fn hanging_on(
 async fn a_lagging_cheap_reading_of_the_clock_does_not_stretch_a_handler_past_the_deadline() {
     let store = Arc::new(MemoryLeaseStore::new());
     let clock = LaggingCheapReading {
-        clock: TokioClock::starting_at(START),
+        inner: Arc::new(TokioClock::starting_at(START)),
         lag: 300,
     };
     let (processor, context) = hanging_on(&store, clock, 1);
@@ -317,7 +297,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_d
     // (one attempt). The cheap reading then says 50 ms are left before the margin; the precise
     // one says none, and record 1 must not start.
     let clock = LaggingCheapReading {
-        clock: TokioClock::starting_at(START),
+        inner: Arc::new(TokioClock::starting_at(START)),
         lag: 50,
     };
     let (processor, context) = hanging_on(&store, clock, 0);
@@ -336,4 +316,86 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_d
     );
     let row = store.read(&key()).await.unwrap();
     assert_eq!(row.checkpoint, Some(sequence(0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_once_the_lease_has_lapsed() {
+    // Renewals are refused, so the local view of the lease lapses 600 ms after the claim (a TTL
+    // of 900 ms less its skew margin, a third of it). Record 0 takes 620 ms: the precise clock
+    // then says the lease has lapsed, the cheap reading, 50 ms behind, that 30 ms are left; a
+    // rival may hold the shard by now, and record 1 must not start.
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Arc::new(faulty(memory.clone()));
+    store.layer().renewals_fail.store(true, Ordering::SeqCst);
+    let handled = Handled::default();
+    let seen = handled.clone();
+    let processor = Processor::new(store.clone(), move |record: Record| {
+        let seen = seen.clone();
+        async move {
+            if n_of(&record) == 0 {
+                tokio::time::sleep(Duration::from_millis(620)).await;
+            }
+            seen.0.lock().unwrap().push(n_of(&record));
+            Outcome::ack()
+        }
+    })
+    .clock(Arc::new(LaggingCheapReading {
+        inner: Arc::new(TokioClock::starting_at(START)),
+        lag: 50,
+    }))
+    .lease_ttl(Duration::from_millis(900));
+    let mut context = context("r1", 0);
+    context.deadline = START + 60_000;
+
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..2), &context)
+        .await
+        .unwrap();
+
+    assert_eq!(handled.all(), vec![0]);
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::Fenced))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lagging_cheap_reading_of_the_clock_never_charges_a_late_started_record_for_the_deadline()
+{
+    // Record 0 takes 520 ms of the invocation's 1 s. Record 1 then starts past the middle by
+    // the precise clock (480 ms left: less than half, no fair chance) and before it by the
+    // cheap reading, 50 ms behind (530 ms left). It hangs into its time limit: not its own
+    // fault, so with one attempt allowed it must not be dead-lettered.
+    let store = Arc::new(MemoryLeaseStore::new());
+    let sink = Arc::new(MemoryDeadLetters::new());
+    let processor = Processor::new(store.clone(), |record: Record| async move {
+        match n_of(&record) {
+            0 => tokio::time::sleep(Duration::from_millis(520)).await,
+            _ => std::future::pending::<()>().await,
+        }
+        Outcome::ack()
+    })
+    .clock(Arc::new(LaggingCheapReading {
+        inner: Arc::new(TokioClock::starting_at(START)),
+        lag: 50,
+    }))
+    .max_attempts(1)
+    .deadline_margin(Duration::from_millis(100))
+    .dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);
+    let mut context = context("r1", 0);
+    context.deadline = START + 1_000;
+
+    let report = processor
+        .process_batch(batch(STREAM, SHARD, 0..2), &context)
+        .await
+        .unwrap();
+
+    assert!(sink.letters().is_empty(), "record 1 had no fair chance");
+    assert_eq!(
+        report.shards[0].stopped,
+        Some((sequence(1).parse().unwrap(), StopReason::HandlerTimedOut))
+    );
+    let row = store.read(&key()).await.unwrap();
+    assert_eq!(row.checkpoint, Some(sequence(0)));
+    assert_eq!(row.failing, None, "no attempt charged");
 }

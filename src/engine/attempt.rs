@@ -284,20 +284,25 @@ const COARSE_LAG_MILLIS: u64 = 100;
 
 /// The time the checks before a record read (epoch milliseconds).
 ///
-/// The clock's cheap reading, unless a check could fail within [`COARSE_LAG_MILLIS`] of it: a
-/// precise reading before every record was a fifth of the processor's own cost (BENCHMARKS.md,
-/// section 1, fourteenth round). Both checks only ever fail as time goes on, and the precise
-/// time is at most that far past the cheap reading, so when both pass at that latest time they
-/// pass at the precise one; near the lease's end or the deadline's margin the precise clock is
-/// read, and a record starts or stops exactly as the precise clock says.
+/// The clock's cheap reading, unless a decision taken from it could differ from the precise
+/// clock's: a precise reading before every record was a fifth of the processor's own cost
+/// (BENCHMARKS.md, section 1, fourteenth round). Three decisions read it: the lease is lost, too
+/// little time is left to start, and (should the record run into the deadline) it had a fair
+/// share of the invocation's time. Each changes only one way as time goes on, and the precise
+/// time is at most [`COARSE_LAG_MILLIS`] past the cheap reading, so when each decides the same
+/// at the cheap reading and at that latest time, it decides the same at the precise one. Near
+/// the lease's end, the deadline's margin or the middle of the invocation the precise clock is
+/// read, and a record starts, stops and is charged exactly as the precise clock says.
 fn check_time(invocation: &Invocation, lease: &LeaseWatch, margin: Duration) -> u64 {
     let cheap = invocation.now_coarse();
     let latest = cheap.saturating_add(COARSE_LAG_MILLIS);
-    let far_from_both = !lease.lost_at(latest)
+    // The first two pass at the cheap reading whenever they pass at the latest time.
+    let far_from_all = !lease.lost_at(latest)
         && invocation
             .time_left_at(latest)
-            .is_none_or(|left| left > margin);
-    if far_from_both {
+            .is_none_or(|left| left > margin)
+        && invocation.had_fair_share(latest) == invocation.had_fair_share(cheap);
+    if far_from_all {
         cheap
     } else {
         invocation.now()

@@ -19,10 +19,12 @@ const PLAUSIBLE_EPOCH_MILLIS: u64 = 1_000_000_000_000;
 /// This invocation's identity and deadline.
 pub(crate) struct Invocation {
     pub(crate) owner: String,
-    /// When the batch arrived, epoch milliseconds.
-    started: u64,
     /// Epoch milliseconds; `None` when the context has none (a test's default context).
     deadline: Option<u64>,
+    /// The latest start (epoch milliseconds) that leaves a record at least half of the time
+    /// from the batch's arrival to the deadline: computed once, as it is asked before every
+    /// record (`attempt::check_time`).
+    fair_share_until: u64,
     /// The processor's clock: every reading of the time in this invocation.
     clock: Arc<dyn Clock>,
 }
@@ -43,23 +45,30 @@ impl Invocation {
         };
         let function = &context.env_config.function_name;
         let started = clock.now_millis();
+        let deadline = match context.deadline {
+            0 => None,
+            // `cargo lambda watch` (1.9) sends its timeout, not an epoch deadline. A value
+            // before 2001 cannot be a deadline: read it as the time left from now.
+            relative if relative < PLAUSIBLE_EPOCH_MILLIS => Some(started.saturating_add(relative)),
+            deadline => Some(deadline),
+        };
+        // Half of the time from arrival to the deadline, and a start no later than this leaves
+        // at least that much; a budget under 2 ms has no half, and every start is fair.
+        let fair_share_until = deadline.map_or(u64::MAX, |deadline| {
+            match deadline.saturating_sub(started) / 2 {
+                0 => u64::MAX,
+                half => deadline - half,
+            }
+        });
         Self {
-            started,
             clock,
             owner: if function.is_empty() {
                 request
             } else {
                 format!("{function}:{request}")
             },
-            deadline: match context.deadline {
-                0 => None,
-                // `cargo lambda watch` (1.9) sends its timeout, not an epoch deadline. A value
-                // before 2001 cannot be a deadline: read it as the time left from now.
-                relative if relative < PLAUSIBLE_EPOCH_MILLIS => {
-                    Some(started.saturating_add(relative))
-                }
-                deadline => Some(deadline),
-            },
+            deadline,
+            fair_share_until,
         }
     }
 
@@ -70,7 +79,8 @@ impl Invocation {
 
     /// The clock's time now, read where it is cheapest: up to a clock tick (a few
     /// milliseconds) behind [`now`](Self::now), never ahead. For the checks made before each
-    /// record, which read [`now`](Self::now) instead near a limit (`attempt::check_time`).
+    /// record, which read [`now`](Self::now) instead near a limit or the invocation's middle
+    /// (`attempt::check_time`).
     pub(crate) fn now_coarse(&self) -> u64 {
         self.clock.now_millis_coarse()
     }
@@ -93,10 +103,7 @@ impl Invocation {
     /// Whether a record started at `started` (epoch milliseconds) had at least half of the
     /// invocation's time: only then is a run into the deadline the record's own fault.
     pub(crate) fn had_fair_share(&self, started: u64) -> bool {
-        self.deadline.is_none_or(|deadline| {
-            let budget = deadline.saturating_sub(self.started);
-            deadline.saturating_sub(started) >= budget / 2
-        })
+        started <= self.fair_share_until
     }
 
     /// A lease outlives the invocation that holds it by the clock-skew margin at most: an
@@ -162,5 +169,39 @@ impl LeaseWatch {
     /// Whether the lease is lost at `now` (epoch milliseconds).
     pub(crate) fn lost_at(&self, now: u64) -> bool {
         self.lost.load(Ordering::Relaxed) || now >= self.lapses_at.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+
+    const START: u64 = 1_800_000_000_000;
+
+    /// An invocation that arrives at `START` with `deadline` in its context.
+    fn arriving_with(deadline: u64) -> Invocation {
+        let mut context = Context::default();
+        context.deadline = deadline;
+        Invocation::new(&context, Arc::new(TokioClock::starting_at(START)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_has_a_fair_share_when_it_starts_by_the_middle_of_the_invocation() {
+        let invocation = arriving_with(START + 1_000);
+        assert!(invocation.had_fair_share(START));
+        assert!(
+            invocation.had_fair_share(START + 500),
+            "half is a fair share"
+        );
+        assert!(!invocation.had_fair_share(START + 501));
+        assert!(
+            !invocation.had_fair_share(START + 2_000),
+            "past the deadline"
+        );
+
+        // Without a deadline, or with less than 2 ms to it, every start is fair.
+        assert!(arriving_with(0).had_fair_share(u64::MAX));
+        assert!(arriving_with(START + 1).had_fair_share(START + 5));
     }
 }

@@ -25,6 +25,7 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             store: inner,
             claim_fails: AtomicBool::new(false),
             steal_on_renew: AtomicBool::new(false),
+            renewals_fail: AtomicBool::new(false),
             steal_before_checkpoint: AtomicBool::new(false),
             lose_commit_answer: AtomicBool::new(false),
             throttle_next_commit: AtomicBool::new(false),
@@ -48,6 +49,9 @@ pub struct Faults<S> {
     pub claim_fails: AtomicBool,
     /// The next renew finds the lease taken by `thief`.
     pub steal_on_renew: AtomicBool,
+    /// Renewals are refused as a throttled store's would be: the lease lapses when its TTL
+    /// runs out.
+    pub renewals_fail: AtomicBool,
     /// The final write finds the lease taken by `thief`.
     pub steal_before_checkpoint: AtomicBool,
     /// The next commit lands, but its answer is lost: the caller sees an error.
@@ -129,6 +133,7 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             Operation::Transact if self.transact_fails.load(Ordering::SeqCst) => {
                 return throttled();
             }
+            Operation::Renew if self.renewals_fail.load(Ordering::SeqCst) => return throttled(),
             Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
             Operation::ReadRows
                 if call.keys().iter().any(|key| key.shard().contains("#lane:"))
