@@ -23,13 +23,14 @@
 //! - `empty`: the user code only looks at the payload's length, so the ratio is as harsh as it
 //!   can be; the difference per record is the toolkit's own cost, whatever the handler.
 //!
-//! Beside them, from the `KinesisEvent` only, four bounds, none of them the crate's own code
+//! Beside them, from the `KinesisEvent` only, five bounds, none of them the crate's own code
 //! (see [`bounds`]): `least_processor`, the least any processor that dedupes must add to the
 //! bare loop, in its one pass; the same work in the processor's passes (read into a block,
 //! dispatched from it, freed), over the whole batch (`least_in_passes`) and 64 records at a
 //! time (`least_in_chunks`); and in two steps, each record's shard and sequence number read over
 //! the whole batch first, then the passes 64 records at a time (`least_in_two_phases`, the
-//! intake the processor uses for a large event). So a miss says how much is the processor's
+//! intake the processor uses for a large event); and in two passes over the event where it
+//! lies, with no block (`least_in_place`). So a miss says how much is the processor's
 //! structure and how much the work it cannot leave out.
 //!
 //! And `duplicate` (from the `KinesisEvent`) and `duplicate_bytes` (from the bytes): a batch
@@ -57,7 +58,7 @@ use tokio::runtime::Runtime;
 #[path = "processor/bounds.rs"]
 mod bounds;
 
-use bounds::{CHUNK, least_in_passes, least_in_two_phases, least_processor};
+use bounds::{CHUNK, least_in_passes, least_in_place, least_in_two_phases, least_processor};
 
 const SIZES: [u64; 3] = [100, 1_000, 10_000];
 const PAYLOAD_BYTES: usize = 1_024;
@@ -228,6 +229,16 @@ fn processor_against_bare_loop(c: &mut Criterion) {
                     );
                 });
             }
+            group.bench_function(BenchmarkId::new("least_in_place", size), |b| {
+                b.iter_batched(
+                    || event.clone(),
+                    |event| {
+                        let (response, done) = least_in_place(event, &below, code);
+                        assert!(response.batch_item_failures.is_empty() && done.is_some());
+                    },
+                    BatchSize::LargeInput,
+                );
+            });
             group.bench_function(BenchmarkId::new("least_in_two_phases", size), |b| {
                 b.iter_batched(
                     || event.clone(),
@@ -385,6 +396,9 @@ fn count(spec: &str) {
             }
             ("batch", "least_in_chunks") => {
                 least_in_passes(event, &below, CHUNK, code);
+            }
+            ("batch", "least_in_place") => {
+                least_in_place(event, &below, code);
             }
             ("batch", "least_in_two_phases") => {
                 least_in_two_phases(event, &below, CHUNK, code);

@@ -11,7 +11,8 @@ outside the timed part), and prints instructions per record, the bare loop besid
 and what the processor adds per record; and, from the `KinesisEvent`, what the bench's bounds
 add: the least one-pass processor (`least_processor`), and its work in the processor's passes,
 over the whole batch (`least_in_passes`), 64 records at a time (`least_in_chunks`), and in two
-steps, positions first (`least_in_two_phases`).
+steps, positions first (`least_in_two_phases`), and in two passes over the event where it lies
+(`least_in_place`).
 
 With `--cache`, callgrind also simulates the data caches (`--cache-sim=yes`, this machine's L1d
 as the first level and its L2 per core as the last, read from `/sys`; callgrind simulates two
@@ -53,12 +54,14 @@ BENCHMARKS = (
     ("batch_json", "least_in_chunks"),
     ("batch_json", "least_in_passes"),
     ("batch_json", "least_in_two_phases"),
+    ("batch_json", "least_in_place"),
     ("batch_json", "processor"),
     ("batch_empty", "bare_loop"),
     ("batch_empty", "least_processor"),
     ("batch_empty", "least_in_chunks"),
     ("batch_empty", "least_in_passes"),
     ("batch_empty", "least_in_two_phases"),
+    ("batch_empty", "least_in_place"),
     ("batch_empty", "processor"),
     ("bytes_json", "bare_loop"),
     ("bytes_json", "processor"),
@@ -79,6 +82,7 @@ BOUNDS = (
     ("least_in_chunks", "the same in the processor's passes, 64 records at a time"),
     ("least_in_passes", "the same in the processor's passes over the whole batch"),
     ("least_in_two_phases", "the same in two steps, positions first, then 64 at a time"),
+    ("least_in_place", "the same in two passes over the event where it lies, no block"),
 )
 
 

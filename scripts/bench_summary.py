@@ -25,7 +25,8 @@ record's stream and shard checked, its sequence number read and compared with a 
 last one done kept); and the same work in the processor's three passes (read into a block,
 dispatched from it, freed), over the whole batch (`least_in_passes`) and 64 records at a time
 (`least_in_chunks`), and in two steps (`least_in_two_phases`: each record's shard and sequence
-number read first, then the passes 64 records at a time, as the processor reads a large event).
+number read first, then the passes 64 records at a time, as the processor reads a large event),
+and in two passes over the event where it lies, with no block (`least_in_place`).
 So a miss shows how much of it is the processor's design and how much the work itself.
 
 A target whose benchmarks are missing is reported as not measured.
@@ -53,6 +54,7 @@ BOUNDS = (
     ("least_in_chunks", "the same in the processor's passes, 64 records at a time"),
     ("least_in_passes", "the same in the processor's passes over the whole batch"),
     ("least_in_two_phases", "the same in two steps, positions first, then 64 at a time"),
+    ("least_in_place", "the same in two passes over the event where it lies, no block"),
 )
 STARTS = (("batch", "from the KinesisEvent"), ("bytes", "from the event's bytes"))
 
