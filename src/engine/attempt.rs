@@ -345,6 +345,18 @@ impl Failing {
     }
 }
 
+/// Why a handler that panicked with `panic` stopped, in its own words when it gave any.
+#[cold]
+fn panicked(panic: &(dyn std::any::Any + Send)) -> StopReason {
+    StopReason::Panicked(
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned()),
+    )
+}
+
 pin_project_lite::pin_project! {
     /// A handler's future, guarded: a panic becomes an error, so one bad record cannot take
     /// the batch (and its checkpoint) down with it, and a run past `stop_at` is stopped.
@@ -368,21 +380,14 @@ pin_project_lite::pin_project! {
 impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
     type Output = Result<Outcome, StopReason>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let handler = this.handler;
         match std::panic::catch_unwind(AssertUnwindSafe(|| handler.poll(cx))) {
             Ok(Poll::Ready(outcome)) => return Poll::Ready(Ok(outcome)),
             Ok(Poll::Pending) => {}
-            Err(panic) => {
-                return Poll::Ready(Err(StopReason::Panicked(
-                    panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic without a message".to_owned()),
-                )));
-            }
+            Err(panic) => return Poll::Ready(Err(panicked(panic.as_ref()))),
         }
         let Some(stop_at) = *this.stop_at else {
             return Poll::Pending;
