@@ -221,6 +221,25 @@ impl<'a> Passes<'a> {
     }
 }
 
+/// The first pass of the bounds that read positions first: the first record's stream and
+/// shard, and each record's sequence number, every record checked to name the same shard;
+/// `None` for an empty event.
+fn positions(records: &[KinesisEventRecord]) -> Option<(FirstShard, Vec<SequenceNumber>)> {
+    let first = FirstShard::of(records.first()?);
+    let sequences = records
+        .iter()
+        .map(|record| {
+            assert!(first.holds(record), "one shard's batch");
+            record
+                .kinesis
+                .sequence_number
+                .parse()
+                .expect("a sequence number")
+        })
+        .collect();
+    Some((first, sequences))
+}
+
 /// [`least_processor`]'s work in two passes over the event where it lies: each record's shard
 /// checked and its sequence number read over the whole batch first (what the stages before
 /// dispatch need), then each payload handed to the user code where it lies in the event, then
@@ -236,21 +255,9 @@ pub fn least_in_place(
     let mut done = None;
     // Moved out so that the event is freed here, inside the timed part, as the bare loop's is.
     let records = event.records;
-    let Some(head) = records.first() else {
+    let Some((_, sequences)) = positions(&records) else {
         return (response, done);
     };
-    let first = FirstShard::of(head);
-    let sequences: Vec<SequenceNumber> = records
-        .iter()
-        .map(|record| {
-            assert!(first.holds(record), "one shard's batch");
-            record
-                .kinesis
-                .sequence_number
-                .parse()
-                .expect("a sequence number")
-        })
-        .collect();
     for (record, sequence) in records.iter().zip(sequences) {
         if sequence <= *checkpoint {
             continue;
@@ -277,22 +284,10 @@ pub fn least_in_two_phases(
 ) -> (KinesisEventResponse, Option<SequenceNumber>) {
     let mut passes = Passes::new(checkpoint, user_code);
     let records = event.records;
-    let Some(head) = records.first() else {
+    let Some((first, sequences)) = positions(&records) else {
         return (passes.response, passes.done);
     };
-    let first = FirstShard::of(head);
     let key = LeaseKey::new("orders", &first.shard);
-    let sequences: Vec<SequenceNumber> = records
-        .iter()
-        .map(|record| {
-            assert!(first.holds(record), "one shard's batch");
-            record
-                .kinesis
-                .sequence_number
-                .parse()
-                .expect("a sequence number")
-        })
-        .collect();
     let mut rest = records.into_iter();
     let mut part: Vec<KinesisEventRecord> = Vec::with_capacity(chunk);
     for sequences in sequences.chunks(chunk) {
