@@ -296,7 +296,8 @@ const COARSE_LAG_MILLIS: u64 = 100;
 fn check_time(invocation: &Invocation, lease: &LeaseWatch, margin: Duration) -> u64 {
     let cheap = invocation.now_coarse();
     let latest = cheap.saturating_add(COARSE_LAG_MILLIS);
-    // The first two pass at the cheap reading whenever they pass at the latest time.
+    // The lease's and the deadline's checks need only pass at the latest time (they then pass
+    // at every earlier one); the fair share must be judged alike at both ends.
     let far_from_all = !lease.lost_at(latest)
         && invocation
             .time_left_at(latest)
