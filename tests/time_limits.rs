@@ -235,12 +235,27 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
 
 const START: u64 = 1_800_000_000_000;
 
-/// A processor on `clock` with one attempt per record and a deadline margin of 100 ms, whose
-/// handler hangs on record `hanging`; and an invocation context whose deadline is 1 s after
-/// `START`.
+/// A clock at `START` whose cheap reading lags the precise one by `lag` milliseconds.
+fn lagging_by(lag: u64) -> LaggingCheapReading {
+    LaggingCheapReading {
+        inner: Arc::new(TokioClock::starting_at(START)),
+        lag,
+    }
+}
+
+/// An invocation's context whose deadline is `millis` after `START`.
+fn deadline_after(millis: u64) -> lambda_runtime::Context {
+    let mut context = context("r1", 0);
+    context.deadline = START + millis;
+    context
+}
+
+/// A processor on a clock whose cheap reading lags by `lag` milliseconds, with one attempt per
+/// record and a deadline margin of 100 ms, whose handler hangs on record `hanging`; and an
+/// invocation context whose deadline is 1 s after `START`.
 fn hanging_on(
     store: &Arc<MemoryLeaseStore>,
-    clock: LaggingCheapReading,
+    lag: u64,
     hanging: u64,
 ) -> (
     Processor<impl kinesis_checkpoint::Handler>,
@@ -252,22 +267,16 @@ fn hanging_on(
         }
         Outcome::ack()
     })
-    .clock(Arc::new(clock))
+    .clock(Arc::new(lagging_by(lag)))
     .max_attempts(1)
     .deadline_margin(Duration::from_millis(100));
-    let mut context = context("r1", 0);
-    context.deadline = START + 1_000;
-    (processor, context)
+    (processor, deadline_after(1_000))
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lagging_cheap_reading_of_the_clock_does_not_stretch_a_handler_past_the_deadline() {
     let store = Arc::new(MemoryLeaseStore::new());
-    let clock = LaggingCheapReading {
-        inner: Arc::new(TokioClock::starting_at(START)),
-        lag: 300,
-    };
-    let (processor, context) = hanging_on(&store, clock, 1);
+    let (processor, context) = hanging_on(&store, 300, 1);
 
     let started = tokio::time::Instant::now();
     let report = processor
@@ -296,11 +305,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_d
     // Record 0 hangs until its time limit, the deadline less its margin, and is dead-lettered
     // (one attempt). The cheap reading then says 50 ms are left before the margin; the precise
     // one says none, and record 1 must not start.
-    let clock = LaggingCheapReading {
-        inner: Arc::new(TokioClock::starting_at(START)),
-        lag: 50,
-    };
-    let (processor, context) = hanging_on(&store, clock, 0);
+    let (processor, context) = hanging_on(&store, 50, 0);
     let sink = Arc::new(MemoryDeadLetters::new());
     let processor = processor.dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);
 
@@ -339,13 +344,9 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_once_the_lea
             Outcome::ack()
         }
     })
-    .clock(Arc::new(LaggingCheapReading {
-        inner: Arc::new(TokioClock::starting_at(START)),
-        lag: 50,
-    }))
+    .clock(Arc::new(lagging_by(50)))
     .lease_ttl(Duration::from_millis(900));
-    let mut context = context("r1", 0);
-    context.deadline = START + 60_000;
+    let context = deadline_after(60_000);
 
     let report = processor
         .process_batch(batch(STREAM, SHARD, 0..2), &context)
@@ -375,15 +376,11 @@ async fn a_lagging_cheap_reading_of_the_clock_never_charges_a_late_started_recor
         }
         Outcome::ack()
     })
-    .clock(Arc::new(LaggingCheapReading {
-        inner: Arc::new(TokioClock::starting_at(START)),
-        lag: 50,
-    }))
+    .clock(Arc::new(lagging_by(50)))
     .max_attempts(1)
     .deadline_margin(Duration::from_millis(100))
     .dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);
-    let mut context = context("r1", 0);
-    context.deadline = START + 1_000;
+    let context = deadline_after(1_000);
 
     let report = processor
         .process_batch(batch(STREAM, SHARD, 0..2), &context)
