@@ -102,8 +102,9 @@ impl<H: Handler> Runner<'_, H> {
                 placed.sequence
             ),
         };
-        // One reading of the clock serves both checks and the handler's time limit (which is
-        // the deadline less its margin, whatever the reading).
+        // One reading of the clock serves both checks, the fair share should the record run
+        // into the deadline, and the handler's time limit (the deadline less its margin,
+        // whatever the reading).
         let now = check_time(invocation, lease, settings.deadline_margin);
         if lease.lost_at(now) {
             return Err(StopReason::Fenced);
