@@ -11,7 +11,6 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -25,7 +24,6 @@ use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
-use crate::store::memory::millis;
 use crate::store::{FailingChange, FailingRecord};
 
 /// Runs records for one shard of one invocation: the processor's settings, the invocation's
@@ -44,6 +42,64 @@ pub(crate) struct Runner<'a, H> {
 #[cfg(feature = "dynamodb")]
 pub(crate) type Staged =
     std::sync::Mutex<std::collections::BTreeMap<Position, crate::effects::Writes>>;
+
+/// One entry through a [`Runner`]'s steps, awaited in the caller's own `async` body: the checks
+/// before the call ([`Runner::prepare`]), the guarded call (with a transactional handler's
+/// writes beside it), what it came to ([`Runner::settle`]), and a failure counted and perhaps
+/// dead-lettered ([`Runner::failed`]). Evaluates to the attempt's
+/// `Result<Disposition, StopReason>`.
+///
+/// [`Runner::attempt`] runs these steps in a future of its own. The in-order dispatch expands
+/// them in its loop instead: a future around each record's call (its state written, polled
+/// through, its result copied out and the future dropped) cost about 100 instructions per
+/// record, a sixth of what the processor adds to a bare loop (BENCHMARKS.md, section 1,
+/// sixteenth round). A macro rather than a function, since only an expansion in the caller's
+/// body saves that future; it is the one definition of the steps, so every dispatcher still
+/// treats a record alike.
+macro_rules! run_entry {
+    ($runner:expr, $entry:expr, $failing:expr) => {{
+        let runner = $runner;
+        let failing: &mut $crate::engine::attempt::Failing = $failing;
+        match runner.prepare($entry) {
+            $crate::engine::attempt::Prepared::Run {
+                record,
+                now,
+                stop_at,
+            } => {
+                // A transactional handler's writes come back beside its outcome. Each branch
+                // makes the call and settles it, so that the plain one awaits the call where it
+                // is built and settles it knowing there are no writes.
+                #[cfg(feature = "dynamodb")]
+                let settled = if runner.settings.transactional {
+                    let call = runner.call(record.clone(), stop_at);
+                    let (called, writes) = $crate::effects::staging(call).await;
+                    runner.settle(record, called, writes, now, failing)
+                } else {
+                    let called = runner.call(record.clone(), stop_at).await;
+                    runner.settle(record, called, None, now, failing)
+                };
+                #[cfg(not(feature = "dynamodb"))]
+                let settled = {
+                    let called = runner.call(record.clone(), stop_at).await;
+                    runner.settle(record, called, None, now, failing)
+                };
+                match settled {
+                    $crate::engine::attempt::Settle::Done(disposition) => Ok(disposition),
+                    $crate::engine::attempt::Settle::Stop(reason) => Err(reason),
+                    $crate::engine::attempt::Settle::Failed(reason, rejected) => {
+                        runner.failed(record, reason, rejected, failing).await
+                    }
+                }
+            }
+            $crate::engine::attempt::Prepared::Stop(reason) => Err(reason),
+            $crate::engine::attempt::Prepared::Undecodable(error) => {
+                let reason = $crate::report::StopReason::Rejected(error.to_string());
+                runner.failed(error.record(), reason, true, failing).await
+            }
+        }
+    }};
+}
+pub(crate) use run_entry;
 
 impl<H: Handler> Runner<'_, H> {
     /// Runs one record, unless something says the shard must stop before it. A record that
@@ -75,28 +131,34 @@ impl<H: Handler> Runner<'_, H> {
         }
     }
 
-    /// [`attempt`](Self::attempt), outside any span of its own.
+    /// [`attempt`](Self::attempt), outside any span of its own: the runner's steps
+    /// ([`run_entry!`]) in a future of their own.
     async fn run(&self, entry: &Entry, failing: &mut Failing) -> Result<Disposition, StopReason> {
+        run_entry!(self, entry, failing)
+    }
+
+    /// What comes before a record's call: the entry's record, unless the entry or the checks
+    /// (the lease, the deadline) say the shard stops here.
+    #[allow(
+        clippy::inline_always,
+        reason = "left to itself the compiler calls it, about 50 instructions per record more"
+    )]
+    #[inline(always)]
+    pub(crate) fn prepare<'e>(&self, entry: &'e Entry) -> Prepared<'e> {
         let Self {
-            settings,
-            invocation,
-            lease,
-            ..
+            invocation, lease, ..
         } = self;
         let record = match entry {
             Entry::Record(record) => record,
             Entry::Malformed(malformed) => {
-                return Err(StopReason::Malformed(malformed.0.to_string()));
+                return Prepared::Stop(StopReason::Malformed(malformed.0.to_string()));
             }
             Entry::AfterMalformed(_) => {
-                return Err(StopReason::Malformed(
+                return Prepared::Stop(StopReason::Malformed(
                     "an earlier record of the batch cannot be processed".to_owned(),
                 ));
             }
-            Entry::Undecodable(error) => {
-                let reason = StopReason::Rejected(error.to_string());
-                return self.failed(error.record(), reason, true, failing).await;
-            }
+            Entry::Undecodable(error) => return Prepared::Undecodable(error),
             Entry::Placed(placed) => unreachable!(
                 "record {} of the event is run before it is read",
                 placed.sequence
@@ -105,37 +167,43 @@ impl<H: Handler> Runner<'_, H> {
         // One reading of the clock serves both checks, the fair share should the record run
         // into the deadline, and the handler's time limit (the deadline less its margin,
         // whatever the reading).
-        let now = check_time(invocation, lease, settings.deadline_margin);
+        let now = check_time(invocation, lease);
         if lease.lost_at(now) {
-            return Err(StopReason::Fenced);
+            return Prepared::Stop(StopReason::Fenced);
         }
-        let time_left = invocation
-            .time_left_at(now)
-            .map(|left| left.saturating_sub(settings.deadline_margin));
-        if time_left.is_some_and(|left| left.is_zero()) {
-            return Err(StopReason::Deadline);
+        if !invocation.may_start_at(now) {
+            return Prepared::Stop(StopReason::Deadline);
         }
-        let stop_at = time_left.map(|left| now.saturating_add(millis(left)));
-        // The call awaited here rather than in a function of its own: a future fewer around
-        // every record's call (BENCHMARKS.md, section 1). A transactional handler's writes come
-        // back beside its outcome.
-        let call = self.call(record.clone(), stop_at);
-        #[cfg(feature = "dynamodb")]
-        let (called, writes) = if settings.transactional {
-            crate::effects::staging(call).await
-        } else {
-            (call.await, None)
-        };
-        #[cfg(not(feature = "dynamodb"))]
-        let (called, writes) = (call.await, None::<()>);
+        let stop_at = invocation.stop_at();
+        Prepared::Run {
+            record,
+            now,
+            stop_at,
+        }
+    }
+
+    /// What the call of `record`, started at `now`, came to.
+    #[allow(
+        clippy::inline_always,
+        reason = "inlined, the plain call's lack of writes is known, and its result stays in registers"
+    )]
+    #[inline(always)]
+    pub(crate) fn settle(
+        &self,
+        record: &Record,
+        called: Result<Outcome, StopReason>,
+        writes: Option<Writes>,
+        now: u64,
+        failing: &mut Failing,
+    ) -> Settle {
         let (reason, rejected) = match called {
             Ok(Outcome::Ack) => {
                 // Most handlers stage nothing: `keep` is called only for writes.
                 if let Some(reason) = writes.and_then(|writes| self.keep(record, writes)) {
-                    return self.failed(record, reason, false, failing).await;
+                    return Settle::Failed(reason, false);
                 }
                 failing.succeeded(record);
-                return Ok(Disposition::Processed);
+                return Settle::Done(Disposition::Processed);
             }
             Ok(Outcome::Retry(error)) => (StopReason::Retry(error.to_string()), false),
             Ok(Outcome::Reject(error)) => (StopReason::Rejected(error.to_string()), true),
@@ -143,17 +211,17 @@ impl<H: Handler> Runner<'_, H> {
             // no fair chance, and its effect may still land. Only a record given at least half
             // of the invocation's time counts an attempt, so one that hangs is still
             // dead-lettered in the end (it comes first in the redelivery, with the whole time).
-            Err(StopReason::HandlerTimedOut) if !invocation.had_fair_share(now) => {
+            Err(StopReason::HandlerTimedOut) if !self.invocation.had_fair_share(now) => {
                 tracing::warn!(
                     sequence = %record.sequence(),
                     sub_sequence = record.sub_sequence(),
                     "the record started late and was cut by the deadline; not counted as an attempt"
                 );
-                return Err(StopReason::HandlerTimedOut);
+                return Settle::Stop(StopReason::HandlerTimedOut);
             }
             Err(reason) => (reason, false),
         };
-        self.failed(record, reason, rejected, failing).await
+        Settle::Failed(reason, rejected)
     }
 
     /// Keeps the writes of a done `record` for the commit; or, where nothing would commit
@@ -263,7 +331,7 @@ impl<H: Handler> Runner<'_, H> {
     /// The handler's future is held in the returned guard rather than boxed: a record's
     /// dispatch allocates nothing for it, and wraps it in no other future (see BENCHMARKS.md,
     /// section 1).
-    fn call(
+    pub(crate) fn call(
         &self,
         record: Record,
         stop_at: Option<u64>,
@@ -294,15 +362,13 @@ const COARSE_LAG_MILLIS: u64 = 100;
 /// at the cheap reading and at that latest time, it decides the same at the precise one. Near
 /// the lease's end, the deadline's margin or the middle of the invocation the precise clock is
 /// read, and a record starts, stops and is charged exactly as the precise clock says.
-fn check_time(invocation: &Invocation, lease: &LeaseWatch, margin: Duration) -> u64 {
+fn check_time(invocation: &Invocation, lease: &LeaseWatch) -> u64 {
     let cheap = invocation.now_coarse();
     let latest = cheap.saturating_add(COARSE_LAG_MILLIS);
     // The lease's and the deadline's checks need only pass at the latest time (they then pass
     // at every earlier one); the fair share must be judged alike at both ends.
     let far_from_all = !lease.lost_at(latest)
-        && invocation
-            .time_left_at(latest)
-            .is_none_or(|left| left > margin)
+        && invocation.may_start_at(latest)
         && invocation.had_fair_share(latest) == invocation.had_fair_share(cheap);
     if far_from_all {
         cheap
@@ -310,6 +376,33 @@ fn check_time(invocation: &Invocation, lease: &LeaseWatch, margin: Duration) -> 
         invocation.now()
     }
 }
+
+/// What the checks before a record say.
+pub(crate) enum Prepared<'e> {
+    /// Run the record; the clock read `now`, and its call stops at `stop_at`.
+    Run {
+        record: &'e Record,
+        now: u64,
+        stop_at: Option<u64>,
+    },
+    /// The shard stops before the entry.
+    Stop(StopReason),
+    /// A KPL aggregate that cannot be read: a failure of its own.
+    Undecodable(&'e crate::kpl::KplError),
+}
+
+/// What a call came to.
+pub(crate) enum Settle {
+    Done(Disposition),
+    Stop(StopReason),
+    /// A failure to count, `true` when rejected.
+    Failed(StopReason, bool),
+}
+
+#[cfg(feature = "dynamodb")]
+pub(crate) type Writes = crate::effects::Writes;
+#[cfg(not(feature = "dynamodb"))]
+pub(crate) type Writes = ();
 
 /// The failing record as dispatch goes: the one the row remembered, and the change to write.
 pub(crate) struct Failing {
@@ -382,7 +475,11 @@ pin_project_lite::pin_project! {
 impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
     type Output = Result<Outcome, StopReason>;
 
-    #[inline]
+    #[allow(
+        clippy::inline_always,
+        reason = "a call returns its 48-byte result through memory, read back wider than written"
+    )]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let handler = this.handler;

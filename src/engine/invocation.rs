@@ -25,12 +25,20 @@ pub(crate) struct Invocation {
     /// from the batch's arrival to the deadline: computed once, as it is asked before every
     /// record (`attempt::check_time`).
     fair_share_until: u64,
+    /// The last time (epoch milliseconds) a record may start: one starting later would have
+    /// no more than the deadline's margin left. Computed once, in whole milliseconds, as it is
+    /// asked before every record.
+    last_start: Option<u64>,
+    /// When a record's call is stopped (epoch milliseconds): the deadline less its margin,
+    /// whenever the record started.
+    stop_at: Option<u64>,
     /// The processor's clock: every reading of the time in this invocation.
     clock: Arc<dyn Clock>,
 }
 
 impl Invocation {
-    pub(crate) fn new(context: &Context, clock: Arc<dyn Clock>) -> Self {
+    /// The invocation of `context`, on `clock`, whose records stop `margin` before the deadline.
+    pub(crate) fn new(context: &Context, clock: Arc<dyn Clock>, margin: Duration) -> Self {
         // Lambda's request ids are unique; a context without one (a test's) still needs an owner
         // no other invocation shares, or two of them would both hold the lease.
         static LOCAL: AtomicU64 = AtomicU64::new(0);
@@ -60,8 +68,16 @@ impl Invocation {
                 half => deadline - half,
             }
         });
+        // A record starts while more than the margin is left, and its call stops once no more
+        // than the margin is: in whole milliseconds of the deadline, the first is a margin
+        // rounded down, the second a margin rounded up.
+        let whole = millis(margin);
+        let rounded_up =
+            whole.saturating_add(u64::from(!margin.subsec_nanos().is_multiple_of(1_000_000)));
         Self {
             clock,
+            last_start: deadline.map(|deadline| deadline.saturating_sub(whole)),
+            stop_at: deadline.map(|deadline| deadline.saturating_sub(rounded_up)),
             owner: if function.is_empty() {
                 request
             } else {
@@ -98,6 +114,17 @@ impl Invocation {
     pub(crate) fn time_left_at(&self, now: u64) -> Option<Duration> {
         self.deadline
             .map(|deadline| Duration::from_millis(deadline.saturating_sub(now)))
+    }
+
+    /// Whether a record may start at `now` (epoch milliseconds): more than the deadline's
+    /// margin is left.
+    pub(crate) fn may_start_at(&self, now: u64) -> bool {
+        self.last_start.is_none_or(|last| now < last)
+    }
+
+    /// When a record's call is stopped (epoch milliseconds), or `None` without a deadline.
+    pub(crate) const fn stop_at(&self) -> Option<u64> {
+        self.stop_at
     }
 
     /// Whether a record started at `started` (epoch milliseconds) had at least half of the
@@ -181,9 +208,39 @@ mod tests {
 
     /// An invocation that arrives at `START` with `deadline` in its context.
     fn arriving_with(deadline: u64) -> Invocation {
+        arriving_with_margin(deadline, Duration::ZERO)
+    }
+
+    /// The same, with records stopped `margin` before the deadline.
+    fn arriving_with_margin(deadline: u64, margin: Duration) -> Invocation {
         let mut context = Context::default();
         context.deadline = deadline;
-        Invocation::new(&context, Arc::new(TokioClock::starting_at(START)))
+        Invocation::new(&context, Arc::new(TokioClock::starting_at(START)), margin)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_starts_while_more_than_the_margin_is_left_and_stops_at_the_deadline_less_it()
+    {
+        let invocation = arriving_with_margin(START + 1_000, Duration::from_millis(100));
+        assert!(invocation.may_start_at(START + 899));
+        assert!(
+            !invocation.may_start_at(START + 900),
+            "only the margin is left"
+        );
+        assert_eq!(invocation.stop_at(), Some(START + 900));
+
+        // A margin of 100.5 ms: at START + 900, 100 ms are left, not more than the margin; at
+        // START + 899, 101 are, and the call has 0.5 of them, so it stops at once (whole
+        // milliseconds, as the time left was always rounded).
+        let invocation = arriving_with_margin(START + 1_000, Duration::from_micros(100_500));
+        assert!(invocation.may_start_at(START + 899));
+        assert!(!invocation.may_start_at(START + 900));
+        assert_eq!(invocation.stop_at(), Some(START + 899));
+
+        // Without a deadline, every start is allowed and no call is stopped.
+        let invocation = arriving_with_margin(0, Duration::from_millis(100));
+        assert!(invocation.may_start_at(u64::MAX - 1));
+        assert_eq!(invocation.stop_at(), None);
     }
 
     #[tokio::test(start_paused = true)]

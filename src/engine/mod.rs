@@ -62,7 +62,11 @@ pub(crate) async fn run<H: Handler>(
     context: &Context,
 ) -> (BatchReport, Option<MalformedRecord>) {
     let started = settings.meter.as_ref().map(|meter| meter.begin());
-    let invocation = Invocation::new(context, std::sync::Arc::clone(&settings.clock));
+    let invocation = Invocation::new(
+        context,
+        std::sync::Arc::clone(&settings.clock),
+        settings.deadline_margin,
+    );
     tracing::debug!(
         owner = invocation.owner,
         deadline = context.deadline,
