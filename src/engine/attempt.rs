@@ -1,11 +1,13 @@
 //! The shared attempt runner: one record through the handler, guarded, and what a failure
 //! means.
 //!
-//! Every dispatcher (in order, per key, the partition-key mode) runs a record through
-//! [`Runner::attempt`] and nothing else: the checks before the call (the lease, the deadline),
-//! the call with its panic and time-out guard, the failure counted against the row's failing
+//! Every dispatcher (in order, per key, the partition-key mode) runs a record through the
+//! runner's steps and nothing else: the checks before the call (the lease, the deadline), the
+//! call with its panic and time-out guard, the failure counted against the row's failing
 //! record, and the dead letter once a record is rejected or out of attempts. So a record is
-//! treated alike whichever mode dispatched it.
+//! treated alike whichever mode dispatched it. The steps are written once, in [`run_entry!`]:
+//! [`Runner::attempt`] runs them in a future of their own (what per-key dispatch needs, one
+//! per record in flight), and the in-order loop expands them in place.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
