@@ -174,8 +174,9 @@ where
     }
 
     fn handle_unboxed(&self, record: Record) -> impl Future<Output = Outcome> + Send + '_ {
-        let future = self(record);
-        async move { future.await.into() }
+        Call::Running {
+            future: self(record),
+        }
     }
 }
 
@@ -243,14 +244,49 @@ where
     fn handle_unboxed(&self, record: Record) -> impl Future<Output = Outcome> + Send + '_ {
         // The user code is called here, as `handle` always called it; the future only
         // awaits it.
-        let called = record
-            .json::<T>()
-            .map(|payload| (self.handler)(payload, record));
-        async move {
-            match called {
-                Ok(future) => future.await.into(),
-                Err(error) => Outcome::reject(error),
-            }
+        match record.json::<T>() {
+            Ok(payload) => Call::Running {
+                future: (self.handler)(payload, record),
+            },
+            Err(error) => Call::Decided {
+                outcome: Some(Outcome::reject(error)),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A handler's future: the user code's, its output made an [`Outcome`], or the outcome
+    /// known when the handler was called (a payload that is not the JSON asked for).
+    ///
+    /// Written out rather than an `async` block, which wraps the user code's future in a state
+    /// machine of its own, polled and dropped with every record (BENCHMARKS.md, section 1,
+    /// sixteenth round).
+    #[project = CallProjection]
+    enum Call<F> {
+        Running { #[pin] future: F },
+        Decided { outcome: Option<Outcome> },
+    }
+}
+
+impl<F, O> Future for Call<F>
+where
+    F: Future<Output = O>,
+    O: Into<Outcome>,
+{
+    type Output = Outcome;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Outcome> {
+        match self.project() {
+            CallProjection::Running { future } => future.poll(cx).map(Into::into),
+            CallProjection::Decided { outcome } => std::task::Poll::Ready(
+                outcome
+                    .take()
+                    .expect("a handler's future is not polled once it is ready"),
+            ),
         }
     }
 }
