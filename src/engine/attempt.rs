@@ -42,8 +42,7 @@ pub(crate) struct Runner<'a, H> {
 
 /// The writes staged by a transactional handler, by record.
 #[cfg(feature = "dynamodb")]
-pub(crate) type Staged =
-    std::sync::Mutex<std::collections::BTreeMap<Position, crate::effects::Writes>>;
+pub(crate) type Staged = std::sync::Mutex<std::collections::BTreeMap<Position, Writes>>;
 
 /// One entry through a [`Runner`]'s steps, awaited in the caller's own `async` body: the checks
 /// before the call ([`Runner::prepare`]), the guarded call (with a transactional handler's
@@ -229,7 +228,7 @@ impl<H: Handler> Runner<'_, H> {
     /// Keeps the writes of a done `record` for the commit; or, where nothing would commit
     /// them, says why the record is not done (its writes are never dropped).
     #[cfg(feature = "dynamodb")]
-    fn keep(&self, record: &Record, writes: crate::effects::Writes) -> Option<StopReason> {
+    fn keep(&self, record: &Record, writes: Writes) -> Option<StopReason> {
         let Some(staged) = self.staged else {
             return Some(StopReason::Retry(
                 "this mode cannot commit a transactional handler's writes with its checkpoint"
@@ -246,7 +245,7 @@ impl<H: Handler> Runner<'_, H> {
     /// Nothing to keep without transactions.
     #[cfg(not(feature = "dynamodb"))]
     #[allow(clippy::unused_self, reason = "the same call as with transactions")]
-    const fn keep(&self, _: &Record, (): ()) -> Option<StopReason> {
+    const fn keep(&self, _: &Record, (): Writes) -> Option<StopReason> {
         None
     }
 
@@ -401,10 +400,11 @@ pub(crate) enum Settle {
     Failed(StopReason, bool),
 }
 
+/// A transactional handler's writes for one record; nothing without transactions.
 #[cfg(feature = "dynamodb")]
-pub(crate) type Writes = crate::effects::Writes;
+type Writes = crate::effects::Writes;
 #[cfg(not(feature = "dynamodb"))]
-pub(crate) type Writes = ();
+type Writes = ();
 
 /// The failing record as dispatch goes: the one the row remembered, and the change to write.
 pub(crate) struct Failing {
