@@ -51,16 +51,18 @@ use self::batch::{ShardBatch, deaggregate, group_event};
 use self::invocation::Invocation;
 use crate::event::{MalformedRecord, parse_event};
 use crate::handler::Handler;
+use crate::record::EventHold;
 use crate::report::{BatchReport, ShardReport, StopReason};
 
 /// Runs one batch: parses and groups it, runs each shard's records in the processor's mode, and
 /// reports every record. Also returns the first malformed record without a usable sequence
-/// number that no report covers: the whole batch must fail from it.
+/// number that no report covers: the whole batch must fail from it; and a hold on the event,
+/// for the caller to drop after the report.
 pub(crate) async fn run<H: Handler>(
     settings: &Settings<H>,
     event: &mut KinesisEvent,
     context: &Context,
-) -> (BatchReport, Option<MalformedRecord>) {
+) -> (BatchReport, Option<MalformedRecord>, EventHold) {
     let started = settings.meter.as_ref().map(|meter| meter.begin());
     let invocation = Invocation::new(
         context,
@@ -74,6 +76,7 @@ pub(crate) async fn run<H: Handler>(
         "batch received"
     );
     let (read, aggregates) = parse_event(event, settings.read_in_chunks_above);
+    let hold = read.event_hold();
     let (mut groups, orphans, unreportable) = group_event(read);
     if settings.deaggregate && aggregates {
         // Unpacking reads the payloads: every record is read first.
@@ -122,7 +125,7 @@ pub(crate) async fn run<H: Handler>(
     if let (Some(meter), Some(started)) = (&settings.meter, &started) {
         meter.end(started, &report);
     }
-    (report, unreportable)
+    (report, unreportable, hold)
 }
 
 /// One shard's records, in the processor's mode.

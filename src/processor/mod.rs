@@ -37,6 +37,7 @@ use crate::event::{LambdaKinesisEvent, MalformedRecord};
 use crate::gate::Gate;
 use crate::handler::Handler;
 use crate::metrics::{Meter, Metrics};
+use crate::record::EventHold;
 use crate::report::BatchReport;
 
 pub use self::mode::{CheckpointMode, PartitionKeyMode, ShardMode};
@@ -381,16 +382,16 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
         mut event: KinesisEvent,
         context: &Context,
     ) -> Result<KinesisEventResponse, ProcessError> {
-        let response = self
-            .run_batch(&mut event, context)
-            .await
-            .map(|report| report.response());
+        let (report, hold) = self.run_batch(&mut event, context).await;
+        let response = report.map(|report| report.response());
         // The report (the records, their payloads and the block that holds them) is freed
-        // before what is left of the event (a dozen small strings per record). Freed after
-        // those strings, the payloads would make glibc sort them all out of its fast bins once
-        // more: a fifth of what the processor added per record at 100 records (BENCHMARKS.md,
-        // section 1, seventh round).
+        // before what is left of the event (a dozen small strings per record), whether the
+        // event still holds them or the records read in place do (`hold`). Freed after those
+        // strings, the report would make glibc sort them all out of its fast bins once more:
+        // a fifth of what the processor added per record at 100 records (BENCHMARKS.md,
+        // section 1, seventh and seventeenth rounds).
         drop(event);
+        drop(hold);
         response
     }
 
@@ -422,24 +423,27 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
         mut event: KinesisEvent,
         context: &Context,
     ) -> Result<BatchReport, ProcessError> {
-        self.run_batch(&mut event, context).await
+        // The report holds the batch's records, and with them the event: no order to keep.
+        self.run_batch(&mut event, context).await.0
     }
 
     /// Runs `event`, leaving in it what was not taken out of it (all but the payloads and
-    /// partition keys), for the caller to free when it chooses.
+    /// partition keys, or nothing when its records are read in place), for the caller to free
+    /// when it chooses, with the hold on the records read in place.
     #[tracing::instrument(name = "batch", skip_all, fields(request = context.request_id, records = event.records.len()))]
     async fn run_batch(
         &self,
         event: &mut KinesisEvent,
         context: &Context,
-    ) -> Result<BatchReport, ProcessError> {
-        let (report, unreportable) = engine::run(&self.settings, event, context).await;
-        match unreportable {
+    ) -> (Result<BatchReport, ProcessError>, EventHold) {
+        let (report, unreportable, hold) = engine::run(&self.settings, event, context).await;
+        let report = match unreportable {
             Some(malformed) => {
                 tracing::error!(%malformed, "failing the whole batch");
                 Err(ProcessError::Unreportable(malformed))
             }
             None => Ok(report),
-        }
+        };
+        (report, hold)
     }
 }

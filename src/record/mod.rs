@@ -1,26 +1,38 @@
 //! The record a handler sees: where it came from, where it stands in its shard, and its payload.
 //!
 //! A [`Record`] is built from Lambda's event (see [`event`](crate::event)), from a KPL aggregate's
-//! sub-records (see [`kpl`](crate::kpl)), by local sources and by tests; it knows none of them,
-//! so that each source depends on it and not the reverse. Cloning one is cheap, and its `Debug`
-//! never shows the payload.
+//! sub-records (see [`kpl`](crate::kpl)), by local sources and by tests; it knows none of those
+//! modules, so that each source depends on it and not the reverse. Its fields are held one of
+//! two ways, which only this module sees: where Lambda's event holds them
+//! ([`in_event`], one shard's plain records, the usual batch), or on their own
+//! ([`fields`], every other source). Cloning one is cheap, and its `Debug` never shows the
+//! payload.
+
+mod fields;
+mod in_event;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use aws_lambda_events::event::kinesis::KinesisEventRecord;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
 use crate::key::LeaseKey;
 use crate::sequence::{Position, SequenceNumber};
 
+pub(crate) use fields::Arrived;
+use fields::{Fields, PartitionKey, Slot};
+pub(crate) use in_event::EventHold;
+use in_event::InEvent;
+
 /// One Kinesis record, as the handler receives it.
 ///
-/// Cloning is cheap (shared strings and a shared payload), so a handler may keep a record past
-/// its call. The records of one event (of a large one, each 64 read together) share a block of
-/// memory, payloads included, freed with the last of them: to keep a payload for longer than
-/// the batch, keep its [`bytes`](Self::bytes) (a clone holds that payload only), not the record.
+/// Cloning is cheap (one shared reference), so a handler may keep a record past its call. The
+/// records of one event (of a large one, each 64 read together) share their memory, payloads
+/// included, freed with the last of them: to keep a payload for longer than the batch, keep
+/// its [`bytes`](Self::bytes) (which hold that payload only), not the record.
 ///
 /// # Examples
 ///
@@ -41,102 +53,47 @@ use crate::sequence::{Position, SequenceNumber};
 /// ```
 #[derive(Clone)]
 pub struct Record {
-    /// The block holding the record's fields, shared by its clones: dispatch hands the
-    /// handler a clone and keeps the record for its report and dead letter, and a clone of one
-    /// `Arc` costs one count where a clone of each field cost five. The records read together
-    /// share one block (see [`Record::arrived_together`]): a block per record was, with its
-    /// allocation and its release, a fifth of what the processor added to a bare loop
-    /// (BENCHMARKS.md, section 1). A record built alone has a block of its own.
-    block: Arc<[Slot]>,
-    /// The record's place in `block`, which holds its fields there.
+    /// What holds the record's fields, shared by its clones: dispatch hands the handler a
+    /// clone and keeps the record for its report and dead letter, and a clone of one `Arc`
+    /// costs one count where a clone of each field cost five.
+    held: Held,
+    /// The record's place in what `held` holds.
     index: usize,
 }
 
-/// One place of a block: a record's fields, or `None` for a record of the event that could
-/// not be read (no [`Record`] points at it).
-type Slot = Option<Fields>;
+/// What holds a record's fields.
+#[derive(Clone)]
+enum Held {
+    /// A block of fields: the records read together share one (see
+    /// [`Record::arrived_together`]); a block per record was, with its allocation and its
+    /// release, a fifth of what the processor added to a bare loop (BENCHMARKS.md, section 1).
+    /// A record built alone has a block of its own.
+    Fields(Arc<[Slot]>),
+    /// Lambda's event itself, for one shard's plain records (see [`Record::in_event`]).
+    InEvent(Arc<InEvent>),
+}
 
-/// Equal by their fields, wherever each is held.
+/// A record's fields, wherever they are held.
+enum At<'a> {
+    Fields(&'a Fields),
+    InEvent(&'a InEvent, usize),
+}
+
+/// Equal by what each says of itself, wherever each is held.
 impl PartialEq for Record {
     fn eq(&self, other: &Self) -> bool {
-        self.inner() == other.inner()
+        self.key() == other.key()
+            && self.sequence() == other.sequence()
+            && self.sub_sequence() == other.sub_sequence()
+            && self.partition_key() == other.partition_key()
+            && self.routing_key() == other.routing_key()
+            && self.explicit_hash_key() == other.explicit_hash_key()
+            && self.data() == other.data()
+            && self.arrival() == other.arrival()
     }
 }
 
 impl Eq for Record {}
-
-/// What [`Record::arrived_together`] takes of each record of Lambda's event, with the arrival
-/// time the event gives: the clock is not read for every record of a batch, as
-/// [`Record::new`] would.
-pub(crate) struct Arrived {
-    pub(crate) key: LeaseKey,
-    pub(crate) sequence: SequenceNumber,
-    pub(crate) partition_key: Box<str>,
-    pub(crate) data: Bytes,
-    pub(crate) arrival: SystemTime,
-}
-
-impl From<Arrived> for Fields {
-    fn from(arrival: Arrived) -> Self {
-        let Arrived {
-            key,
-            sequence,
-            partition_key,
-            data,
-            arrival,
-        } = arrival;
-        Self {
-            key,
-            sequence,
-            sub_sequence: None,
-            partition_key: PartitionKey::Owned(partition_key),
-            routing_key: None,
-            explicit_hash_key: None,
-            data,
-            arrival,
-        }
-    }
-}
-
-#[derive(Clone, PartialEq, Eq)]
-struct Fields {
-    key: LeaseKey,
-    sequence: SequenceNumber,
-    sub_sequence: Option<u64>,
-    partition_key: PartitionKey,
-    /// The partition key Kinesis routed the record by, when it is not `partition_key`: the
-    /// aggregate's own, for a KPL sub-record.
-    routing_key: Option<Arc<str>>,
-    explicit_hash_key: Option<Arc<str>>,
-    data: Bytes,
-    arrival: SystemTime,
-}
-
-/// A partition key: the event's own string, taken from it as it is (no block is allocated for
-/// it), or one shared by many records (a KPL aggregate's key table, a caller's `Arc`).
-#[derive(Clone)]
-enum PartitionKey {
-    Owned(Box<str>),
-    Shared(Arc<str>),
-}
-
-impl PartitionKey {
-    fn as_str(&self) -> &str {
-        match self {
-            Self::Owned(key) => key,
-            Self::Shared(key) => key,
-        }
-    }
-}
-
-/// Equal by their text, however each is held.
-impl PartialEq for PartitionKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for PartitionKey {}
 
 impl Record {
     /// A record of `key`'s shard, arrived now. Used by tests and local sources; the processor
@@ -180,7 +137,7 @@ impl Record {
             .map(|arrival| arrival.map(Fields::from).map_err(|e| unread.push(e)).ok())
             .collect();
         let record = |index| Self {
-            block: Arc::clone(&block),
+            held: Held::Fields(Arc::clone(&block)),
             index,
         };
         if unread.is_empty() {
@@ -197,29 +154,90 @@ impl Record {
             .collect())
     }
 
+    /// The records of one event of `key`'s shard, where the event holds them: `records`, each
+    /// with the sequence number of the same index in `sequences`; `None`, and the records
+    /// dropped, when the two are not as long as each other. The caller has checked that every
+    /// record is of `key`'s shard. No field is copied, and the records are freed together,
+    /// with the last of them.
+    pub(crate) fn in_event(
+        key: LeaseKey,
+        records: Vec<KinesisEventRecord>,
+        sequences: Vec<SequenceNumber>,
+    ) -> Option<Vec<Self>> {
+        let event = Arc::new(InEvent::new(key, records, sequences)?);
+        Some(
+            (0..event.len())
+                .map(|index| Self {
+                    held: Held::InEvent(Arc::clone(&event)),
+                    index,
+                })
+                .collect(),
+        )
+    }
+
+    /// A hold on the event this record is held in, if it is one of [`in_event`](Self::in_event)'s.
+    pub(crate) fn event_hold(&self) -> EventHold {
+        match &self.held {
+            Held::InEvent(event) => EventHold::new(Arc::clone(event)),
+            Held::Fields(_) => EventHold::default(),
+        }
+    }
+
+    /// Whether the record is held where Lambda's event holds it.
+    #[cfg(test)]
+    pub(crate) fn is_held_in_event(&self) -> bool {
+        matches!(self.held, Held::InEvent(_))
+    }
+
     fn with_fields(fields: Fields) -> Self {
         Self {
-            block: Arc::from([Some(fields)]),
+            held: Held::Fields(Arc::from([Some(fields)])),
             index: 0,
         }
     }
 
-    /// The record's fields.
-    fn inner(&self) -> &Fields {
-        self.block[self.index]
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("a record points only at a slot that holds one"))
+    /// The record's fields, wherever they are held.
+    fn at(&self) -> At<'_> {
+        match &self.held {
+            Held::Fields(block) => {
+                At::Fields(block[self.index].as_ref().unwrap_or_else(|| {
+                    unreachable!("a record points only at a slot that holds one")
+                }))
+            }
+            Held::InEvent(event) => At::InEvent(event, self.index),
+        }
+    }
+
+    /// The record's fields on their own, copied out of the event for a record held there.
+    fn to_fields(&self) -> Fields {
+        match self.at() {
+            At::Fields(fields) => fields.clone(),
+            At::InEvent(event, index) => Fields::from(Arrived {
+                key: event.key().clone(),
+                sequence: event.sequence(index).clone(),
+                partition_key: event.partition_key(index).into(),
+                data: Bytes::copy_from_slice(event.data(index)),
+                arrival: event.arrival(index),
+            }),
+        }
     }
 
     /// The fields to change, for the builders: a record built alone is not shared yet, so
-    /// nothing is copied; one of a shared block is moved to a block of its own first.
+    /// nothing is copied; one of a shared block, or of an event, is moved to a block of its own
+    /// first.
     fn fields(&mut self) -> &mut Fields {
-        if Arc::get_mut(&mut self.block).is_none() {
-            *self = Self::with_fields(self.inner().clone());
+        let own = match &mut self.held {
+            Held::Fields(block) => Arc::get_mut(block).is_some(),
+            Held::InEvent(_) => false,
+        };
+        if !own {
+            *self = Self::with_fields(self.to_fields());
         }
-        Arc::get_mut(&mut self.block)
-            .and_then(|block| block[self.index].as_mut())
-            .unwrap_or_else(|| unreachable!("the block was just made the record's own"))
+        match &mut self.held {
+            Held::Fields(block) => Arc::get_mut(block).and_then(|block| block[self.index].as_mut()),
+            Held::InEvent(_) => None,
+        }
+        .unwrap_or_else(|| unreachable!("the block was just made the record's own"))
     }
 
     /// The same record as sub-record `sub_sequence` of a KPL aggregate.
@@ -280,7 +298,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn key(&self) -> &LeaseKey {
-        &self.inner().key
+        match self.at() {
+            At::Fields(fields) => &fields.key,
+            At::InEvent(event, _) => event.key(),
+        }
     }
 
     /// The stream's name (from `eventSourceARN`).
@@ -293,7 +314,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn stream(&self) -> &str {
-        self.inner().key.stream()
+        self.key().stream()
     }
 
     /// The shard id (from `eventID`).
@@ -306,7 +327,7 @@ impl Record {
     /// ```
     #[must_use]
     pub fn shard(&self) -> &str {
-        self.inner().key.shard()
+        self.key().shard()
     }
 
     /// The record's sequence number (an aggregate's, for a KPL sub-record).
@@ -319,7 +340,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn sequence(&self) -> &SequenceNumber {
-        &self.inner().sequence
+        match self.at() {
+            At::Fields(fields) => &fields.sequence,
+            At::InEvent(event, index) => event.sequence(index),
+        }
     }
 
     /// The index of the sub-record within its KPL aggregate; `None` for a plain record.
@@ -332,7 +356,11 @@ impl Record {
     /// ```
     #[must_use]
     pub fn sub_sequence(&self) -> Option<u64> {
-        self.inner().sub_sequence
+        match self.at() {
+            At::Fields(fields) => fields.sub_sequence,
+            // An event's own record, not a KPL sub-record.
+            At::InEvent(..) => None,
+        }
     }
 
     /// Where the record stands in its shard's extended order.
@@ -346,8 +374,8 @@ impl Record {
     #[must_use]
     pub fn position(&self) -> Position {
         Position::Record {
-            sequence: self.inner().sequence.clone(),
-            sub_sequence: self.inner().sub_sequence,
+            sequence: self.sequence().clone(),
+            sub_sequence: self.sub_sequence(),
         }
     }
 
@@ -372,7 +400,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn partition_key(&self) -> &str {
-        self.inner().partition_key.as_str()
+        match self.at() {
+            At::Fields(fields) => fields.partition_key.as_str(),
+            At::InEvent(event, index) => event.partition_key(index),
+        }
     }
 
     /// The partition key Kinesis routed the record by: its own, or for a KPL sub-record the
@@ -387,10 +418,13 @@ impl Record {
     /// ```
     #[must_use]
     pub fn routing_key(&self) -> &str {
-        self.inner()
-            .routing_key
-            .as_deref()
-            .unwrap_or(self.inner().partition_key.as_str())
+        match self.at() {
+            At::Fields(fields) => fields
+                .routing_key
+                .as_deref()
+                .unwrap_or(fields.partition_key.as_str()),
+            At::InEvent(event, index) => event.partition_key(index),
+        }
     }
 
     /// The same record as a sub-record of an aggregate routed by `routing_key` (the
@@ -410,7 +444,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
-        self.inner().explicit_hash_key.as_deref()
+        match self.at() {
+            At::Fields(fields) => fields.explicit_hash_key.as_deref(),
+            At::InEvent(..) => None,
+        }
     }
 
     /// The payload, decoded from the event's base64.
@@ -423,21 +460,32 @@ impl Record {
     /// ```
     #[must_use]
     pub fn data(&self) -> &[u8] {
-        &self.inner().data
+        match self.at() {
+            At::Fields(fields) => &fields.data,
+            At::InEvent(event, index) => event.data(index),
+        }
     }
 
-    /// The payload as shared bytes, for keeping or forwarding without a copy.
+    /// The payload as bytes of its own, to keep or forward past the batch: they hold this
+    /// payload only, never the rest of the batch. A record read from Lambda's usual event (one
+    /// shard's plain records) is held where the event holds it, so its payload is copied here,
+    /// once per call; any other record's is shared, with no copy. To read the payload, use
+    /// [`data`](Self::data), which never copies.
     ///
     /// ```
     /// # use kinesis_checkpoint::{LeaseKey, Record};
     /// # let record = Record::new(LeaseKey::new("orders", "shardId-000000000000"), "1".parse()?, "k", "x");
-    /// let payload = record.bytes().clone();
+    /// let payload: bytes::Bytes = record.bytes();
+    /// drop(record);
     /// assert_eq!(&payload[..], b"x");
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     #[must_use]
-    pub fn bytes(&self) -> &Bytes {
-        &self.inner().data
+    pub fn bytes(&self) -> Bytes {
+        match self.at() {
+            At::Fields(fields) => fields.data.clone(),
+            At::InEvent(event, index) => Bytes::copy_from_slice(event.data(index)),
+        }
     }
 
     /// When Kinesis accepted the record (`approximateArrivalTimestamp`), to the microsecond
@@ -456,7 +504,10 @@ impl Record {
     /// ```
     #[must_use]
     pub fn arrival(&self) -> SystemTime {
-        self.inner().arrival
+        match self.at() {
+            At::Fields(fields) => fields.arrival,
+            At::InEvent(event, index) => event.arrival(index),
+        }
     }
 
     /// The payload read as JSON.
@@ -475,8 +526,8 @@ impl Record {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
-        serde_json::from_slice(&self.inner().data).map_err(|source| PayloadError {
-            key: self.inner().key.clone(),
+        serde_json::from_slice(self.data()).map_err(|source| PayloadError {
+            key: self.key().clone(),
             position: self.position(),
             source,
         })
@@ -508,14 +559,14 @@ pub struct PayloadError {
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")
-            .field("key", &self.inner().key)
-            .field("sequence", &self.inner().sequence)
-            .field("sub_sequence", &self.inner().sub_sequence)
+            .field("key", self.key())
+            .field("sequence", self.sequence())
+            .field("sub_sequence", &self.sub_sequence())
             .field("partition_key", &self.partition_key())
-            .field("routing_key", &self.inner().routing_key)
-            .field("explicit_hash_key", &self.inner().explicit_hash_key)
-            .field("data", &format_args!("<{} bytes>", self.inner().data.len()))
-            .field("arrival", &self.inner().arrival)
+            .field("routing_key", &self.routing_key())
+            .field("explicit_hash_key", &self.explicit_hash_key())
+            .field("data", &format_args!("<{} bytes>", self.data().len()))
+            .field("arrival", &self.arrival())
             .finish()
     }
 }
@@ -533,68 +584,4 @@ impl fmt::Display for Record {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SEQ: &str = "49590338271490256608559692538361571095921575989136588898";
-
-    #[test]
-    fn a_payload_that_is_not_the_expected_json_names_its_record() {
-        let record = Record::new(
-            LeaseKey::new("orders", "shardId-000000000000"),
-            SEQ.parse().unwrap(),
-            "k",
-            "not json",
-        );
-        let message = record.json::<serde_json::Value>().unwrap_err().to_string();
-        assert!(message.contains(SEQ) && message.contains("shardId-000000000000"));
-    }
-
-    fn arrival(sequence: &str, data: &'static str) -> Arrived {
-        Arrived {
-            key: LeaseKey::new("orders", "shardId-000000000000"),
-            sequence: sequence.parse().unwrap(),
-            partition_key: "k".into(),
-            data: Bytes::from_static(data.as_bytes()),
-            arrival: SystemTime::UNIX_EPOCH,
-        }
-    }
-
-    #[test]
-    fn the_records_of_one_event_share_a_block_and_keep_their_order_and_their_errors() {
-        let read = Record::arrived_together(
-            [Ok(arrival("1", "a")), Err("bad"), Ok(arrival("3", "c"))].into_iter(),
-        )
-        .expect_err("a record was not read");
-        assert_eq!(read.len(), 3);
-        let first = read[0].as_ref().unwrap();
-        let third = read[2].as_ref().unwrap();
-        assert_eq!((first.sequence().as_str(), first.data()), ("1", &b"a"[..]));
-        assert_eq!((third.sequence().as_str(), third.data()), ("3", &b"c"[..]));
-        assert_eq!(read[1].as_ref().unwrap_err(), &"bad");
-        assert!(
-            Arc::ptr_eq(&first.block, &third.block),
-            "one block for the event"
-        );
-        assert_eq!(first.block.len(), 3, "a place for the record not read too");
-    }
-
-    #[test]
-    fn a_record_of_a_shared_block_changed_by_a_builder_moves_to_its_own_and_leaves_the_others() {
-        let read = Record::arrived_together(
-            [Ok::<_, ()>(arrival("1", "a")), Ok(arrival("2", "b"))].into_iter(),
-        )
-        .expect("every record was read");
-        let second = read[1].clone();
-        let changed = second.clone().with_sub_sequence(4);
-        assert_eq!(changed.position().to_string(), "2/4");
-        assert_eq!(changed.data(), b"b");
-        assert_eq!(changed.block.len(), 1, "a block of its own");
-        assert_eq!(second.sub_sequence(), None, "the shared block is unchanged");
-        assert_eq!(read[0].sub_sequence(), None);
-        assert_ne!(changed, second);
-        // Equal by their fields, not by their blocks.
-        let alone = Record::arrived_together([Ok::<_, ()>(arrival("2", "b"))].into_iter());
-        assert_eq!(alone.unwrap()[0], second);
-    }
-}
+mod tests;
