@@ -6,9 +6,10 @@
 //! of the event at the end. Once the batch outgrows the caches, those passes cost more than
 //! the handler around them: a third of a bare loop's time at 10,000 records of 1 KB
 //! (BENCHMARKS.md, section 1, twelfth round). Here the first pass reads only each record's
-//! shard, sequence number and arrival time (a [`Placed`]); dispatch then reads a [`CHUNK`] of
-//! records out of the event, runs them and frees them while they are in a core's L2, as a bare
-//! loop frees each record after its call (thirteenth round).
+//! shard, sequence number and arrival time (a [`Placed`]); dispatch then takes a [`CHUNK`] of
+//! records out of the event, as they are (seventeenth round: they were read into fields),
+//! runs them and frees them while they are in a core's L2, as a bare loop frees each record
+//! after its call (thirteenth round).
 
 use std::time::SystemTime;
 
@@ -47,17 +48,18 @@ pub(crate) struct Placed {
 /// The records of a large event of one shard, taken out of the event, whose payloads dispatch
 /// has not read yet.
 ///
-/// Dispatch reads them a [`chunk`](Self::chunk) at a time, in the event's order, and each
-/// record's part of the event (its payload aside, a dozen small strings) is freed as it is
-/// read. What is never read (records deduped, or after a stop) is freed on the way or with
-/// this. A batch read whole before dispatch ([`read_whole`](Self::read_whole)) is read where it
-/// lies, and freed when this is dropped.
+/// Dispatch reads them a [`chunk`](Self::chunk) at a time, in the event's order: each chunk's
+/// records are taken out of the event as they are, and freed with the last of them, once the
+/// chunk has run (unless the handler kept one). What is never read (records deduped, or after a
+/// stop) is freed on the way or with this. A batch read whole before dispatch
+/// ([`read_whole`](Self::read_whole)) is read where it lies into fields, and freed when this is
+/// dropped.
 pub(crate) struct Payloads {
     key: LeaseKey,
     rest: std::vec::IntoIter<KinesisEventRecord>,
     /// The event index of `rest`'s next record.
     next: usize,
-    /// Whether reading frees each record's part of the event: not for a batch read whole.
+    /// Whether reading takes each record out of the event: not for a batch read whole.
     chunked: bool,
 }
 
@@ -77,29 +79,47 @@ impl Payloads {
         if self.chunked { CHUNK } else { usize::MAX }
     }
 
-    /// The records `placed` name, in order, read out of the event into one block (see
-    /// [`Record`]). Read in chunks, the event's records up to each of them are freed, so each
-    /// read must name records after every record read before it: the event is read once,
-    /// forwards.
+    /// The records `placed` name, in order. Read in chunks, each chunk's records are taken out
+    /// of the event and held as they are, one block for the chunk (see [`Record::in_event`]),
+    /// and the event's records before each of them are freed, so each read must name records
+    /// after every record read before it: the event is read once, forwards. Read whole, each
+    /// record's fields are read out of the event where it lies into one block (see
+    /// [`Record`]), for per-key dispatch and KPL aggregates.
     pub(crate) fn read(&mut self, placed: &[&Placed]) -> Vec<Record> {
+        if !self.chunked {
+            return self.read_fields(placed);
+        }
+        let mut records = Vec::with_capacity(placed.len());
+        let mut sequences = Vec::with_capacity(placed.len());
+        for placed in placed {
+            let at = self.forwards(placed.index);
+            self.next = placed.index + 1;
+            let Some(record) = self.rest.nth(at) else {
+                unreachable!("a placed record is in the event: {}", placed.index)
+            };
+            records.push(record);
+            sequences.push(placed.sequence.clone());
+        }
+        Record::in_event(self.key.clone(), records, sequences)
+            .unwrap_or_else(|| unreachable!("one sequence number per record read"))
+    }
+
+    /// How far `index` is past the next record of the event not read yet.
+    fn forwards(&self, index: usize) -> usize {
+        index.checked_sub(self.next).unwrap_or_else(|| {
+            unreachable!(
+                "record {} of the event is read after record {}: the event is read forwards",
+                index, self.next
+            )
+        })
+    }
+
+    /// The records `placed` name, read where they lie into one block of fields.
+    fn read_fields(&mut self, placed: &[&Placed]) -> Vec<Record> {
         let arrivals = placed.iter().map(|placed| {
-            let index = placed.index;
-            let Some(at) = index.checked_sub(self.next) else {
-                unreachable!(
-                    "record {} of the event is read after record {}: the event is read forwards",
-                    index, self.next
-                )
-            };
-            let mut taken;
-            let record = if self.chunked {
-                self.next = index + 1;
-                taken = self.rest.nth(at);
-                taken.as_mut()
-            } else {
-                self.rest.as_mut_slice().get_mut(at)
-            };
-            let Some(record) = record else {
-                unreachable!("a placed record is in the event: {index}")
+            let at = self.forwards(placed.index);
+            let Some(record) = self.rest.as_mut_slice().get_mut(at) else {
+                unreachable!("a placed record is in the event: {}", placed.index)
             };
             let (partition_key, data) = take_payload(&mut record.kinesis);
             Ok::<_, std::convert::Infallible>(Arrived {
@@ -204,8 +224,10 @@ mod tests {
         assert_eq!(one.data(), vec![b'b'; 800 * 1024]);
         assert_eq!(one.arrival(), placed[1].arrival);
         assert_eq!(*one.key(), key);
+        assert!(one.is_held_in_event(), "taken out of the event as it is");
         let read = payloads.read(&[&placed[2]]);
         assert_eq!(read[0].data(), vec![b'c'; 800 * 1024]);
+        assert_eq!(read[0].partition_key(), "key-2");
     }
 
     #[test]
@@ -223,6 +245,10 @@ mod tests {
         assert_eq!(payloads.chunk(), usize::MAX);
         assert_eq!(read[0].data()[0], b'c');
         assert_eq!(read[1].data()[0], b'a');
+        assert!(
+            !read.iter().any(Record::is_held_in_event),
+            "read into fields"
+        );
         assert_eq!(read[1].partition_key(), "key-0");
     }
 
