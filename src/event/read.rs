@@ -7,7 +7,7 @@
 
 use std::time::SystemTime;
 
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord, KinesisRecord};
 
 use crate::key::LeaseKey;
 use crate::record::{Arrived, Record};
@@ -100,9 +100,22 @@ pub(crate) fn parse_event(event: &mut KinesisEvent, large: usize) -> (ReadEvent,
 /// [`Record::in_event`]), the event's records taken out of `event`; `None`, with the event left
 /// as it was, as soon as a record names another shard than the first or cannot be read.
 fn read_in_place(event: &mut KinesisEvent) -> Option<ReadEvent> {
+    let (key, sequences) = one_shard(event, |_, kinesis| kinesis.sequence_number.parse().ok())?;
+    let records = Record::in_event(key.clone(), std::mem::take(&mut event.records), sequences)?;
+    Some(ReadEvent::OneShard { key, records })
+}
+
+/// The key of the one shard every record of `event` names, and what `read` makes of each
+/// record (given its index in the event); `None` as soon as a record names another shard than
+/// the first, or cannot be read, by its shard or by `read`. The first pass of both ways of
+/// reading one shard's event: in place, and in two steps.
+fn one_shard<T>(
+    event: &KinesisEvent,
+    mut read: impl FnMut(usize, &KinesisRecord) -> Option<T>,
+) -> Option<(LeaseKey, Vec<T>)> {
     let mut keys = KeyCache::default();
-    let mut sequences = Vec::with_capacity(event.records.len());
-    for record in &event.records {
+    let mut each = Vec::with_capacity(event.records.len());
+    for (index, record) in event.records.iter().enumerate() {
         keys.key(
             record.event_source_arn.as_deref(),
             record.event_id.as_deref(),
@@ -110,11 +123,9 @@ fn read_in_place(event: &mut KinesisEvent) -> Option<ReadEvent> {
         if keys.several {
             return None;
         }
-        sequences.push(record.kinesis.sequence_number.parse().ok()?);
+        each.push(read(index, &record.kinesis)?);
     }
-    let key = keys.only()?;
-    let records = Record::in_event(key.clone(), std::mem::take(&mut event.records), sequences)?;
-    Some(ReadEvent::OneShard { key, records })
+    Some((keys.only()?, each))
 }
 
 /// Reads every record of `event` into fields of its own, in order, taking the partition keys
@@ -144,24 +155,13 @@ fn read_fields(event: &mut KinesisEvent) -> ReadEvent {
 /// as it was, for [`read_fields`]). Otherwise the batch, the event's records taken out of
 /// `event`.
 fn read_large(event: &mut KinesisEvent) -> Option<ReadEvent> {
-    let mut keys = KeyCache::default();
-    let mut placed = Vec::with_capacity(event.records.len());
-    for (index, record) in event.records.iter().enumerate() {
-        keys.key(
-            record.event_source_arn.as_deref(),
-            record.event_id.as_deref(),
-        )?;
-        if keys.several {
-            return None;
-        }
-        let kinesis = &record.kinesis;
-        placed.push(Placed {
+    let (key, placed) = one_shard(event, |index, kinesis| {
+        Some(Placed {
             index,
             sequence: kinesis.sequence_number.parse().ok()?,
             arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
-        });
-    }
-    let key = keys.only()?;
+        })
+    })?;
     let payloads = Payloads::new(key.clone(), std::mem::take(&mut event.records));
     Some(ReadEvent::Placed {
         key,
