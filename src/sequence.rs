@@ -139,22 +139,63 @@ impl FromStr for SequenceNumber {
     type Err = SequenceError;
 
     fn from_str(digits: &str) -> Result<Self, Self::Err> {
-        match digits.as_bytes() {
-            [] => Err(SequenceError::Empty),
-            bytes if bytes.len() > MAX_DIGITS => Err(SequenceError::TooLong(bytes.len())),
-            // Every byte checked, without stopping at the first that is not a digit: the
-            // check then runs on whole words at once, and a well-formed number (every one
-            // Lambda sends) is read to its end either way.
-            bytes
-                if !bytes
-                    .iter()
-                    .fold(true, |digits, byte| digits & byte.is_ascii_digit()) =>
-            {
-                Err(SequenceError::NotDigits(digits.to_owned()))
-            }
-            [b'0', _, ..] => Err(SequenceError::LeadingZero(digits.to_owned())),
-            _ => Ok(Self(Digits::new(digits))),
+        check(digits)?;
+        Ok(Self(Digits::new(digits)))
+    }
+}
+
+/// Whether `digits` is a sequence number as Kinesis writes it.
+fn check(digits: &str) -> Result<(), SequenceError> {
+    match digits.as_bytes() {
+        [] => Err(SequenceError::Empty),
+        bytes if bytes.len() > MAX_DIGITS => Err(SequenceError::TooLong(bytes.len())),
+        // Every byte checked, without stopping at the first that is not a digit: the check
+        // then runs on whole words at once, and a well-formed number (every one Lambda sends)
+        // is read to its end either way.
+        bytes
+            if !bytes
+                .iter()
+                .fold(true, |digits, byte| digits & byte.is_ascii_digit()) =>
+        {
+            Err(SequenceError::NotDigits(digits.to_owned()))
         }
+        [b'0', _, ..] => Err(SequenceError::LeadingZero(digits.to_owned())),
+        _ => Ok(()),
+    }
+}
+
+impl SequenceNumber {
+    /// A placeholder, `0`, for a number about to be read in place
+    /// ([`read_into`](Self::read_into)).
+    pub(crate) const ZERO: Self = Self(Digits::Inline {
+        len: 1,
+        bytes: {
+            let mut bytes = [0; INLINE];
+            bytes[0] = b'0';
+            bytes
+        },
+    });
+
+    /// Reads `digits` into `self`, where it is written once; `self` is left as it was when
+    /// `digits` is not a sequence number.
+    ///
+    /// What an event's reader does for each record: it pushes [`ZERO`](Self::ZERO) and reads
+    /// the number into it. A number built in one place and then moved into the reader's vector
+    /// was read back, each time, by wider loads than the stores that had just written it, and
+    /// the processor waited for those stores to reach the cache (a failed store-to-load
+    /// forward): at 100 records the largest single cost of reading an event (BENCHMARKS.md,
+    /// section 1, eighteenth round).
+    pub(crate) fn read_into(&mut self, digits: &str) -> Result<(), SequenceError> {
+        check(digits)?;
+        match (&mut self.0, u8::try_from(digits.len())) {
+            (Digits::Inline { len, bytes }, Ok(count)) if digits.len() <= INLINE => {
+                bytes[..digits.len()].copy_from_slice(digits.as_bytes());
+                bytes[digits.len()..].fill(0);
+                *len = count;
+            }
+            (digits_held, _) => *digits_held = Digits::new(digits),
+        }
+        Ok(())
     }
 }
 
@@ -471,120 +512,4 @@ impl fmt::Display for SkippedRange {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seq(digits: &str) -> SequenceNumber {
-        digits.parse().expect("valid sequence number")
-    }
-
-    #[test]
-    fn a_longer_sequence_number_is_larger_even_when_its_text_sorts_first() {
-        assert!(seq("9") < seq("10"));
-        assert!(seq("100") > seq("99"));
-        assert!(seq("12") < seq("13"));
-        assert_eq!(seq("12").cmp(&seq("12")), Ordering::Equal);
-    }
-
-    #[test]
-    fn numbers_beyond_u128_still_compare_by_value() {
-        let u128_max = u128::MAX.to_string();
-        let beyond = format!("{}0", u128::MAX);
-        let longest = "9".repeat(MAX_DIGITS);
-        assert!(seq(&u128_max) < seq(&beyond));
-        assert!(seq(&beyond) < seq(&longest));
-    }
-
-    #[test]
-    fn malformed_sequence_numbers_are_refused_with_the_reason() {
-        assert_eq!("".parse::<SequenceNumber>(), Err(SequenceError::Empty));
-        assert_eq!(
-            "12a".parse::<SequenceNumber>(),
-            Err(SequenceError::NotDigits("12a".into()))
-        );
-        assert_eq!(
-            "-1".parse::<SequenceNumber>(),
-            Err(SequenceError::NotDigits("-1".into()))
-        );
-        assert_eq!(
-            "012".parse::<SequenceNumber>(),
-            Err(SequenceError::LeadingZero("012".into()))
-        );
-        let too_long = "1".repeat(MAX_DIGITS + 1);
-        assert_eq!(
-            too_long.parse::<SequenceNumber>(),
-            Err(SequenceError::TooLong(MAX_DIGITS + 1))
-        );
-        // Zero itself is a number, not a leading zero.
-        assert_eq!(seq("0").as_str(), "0");
-        assert_eq!(seq(&"9".repeat(MAX_DIGITS)).as_str().len(), MAX_DIGITS);
-    }
-
-    #[test]
-    fn sub_records_sort_inside_their_record_and_shard_end_after_everything() {
-        let longest = Position::record(seq(&"9".repeat(MAX_DIGITS)));
-        let mut positions = vec![
-            Position::ShardEnd,
-            Position::record(seq("11")),
-            Position::sub_record(seq("10"), 9),
-            longest.clone(),
-            Position::record(seq("10")),
-            Position::sub_record(seq("10"), 0),
-            Position::sub_record(seq("11"), 0),
-        ];
-        positions.sort();
-        assert_eq!(
-            positions,
-            vec![
-                Position::sub_record(seq("10"), 0),
-                Position::sub_record(seq("10"), 9),
-                Position::record(seq("10")),
-                Position::sub_record(seq("11"), 0),
-                Position::record(seq("11")),
-                longest,
-                Position::ShardEnd,
-            ]
-        );
-    }
-
-    #[test]
-    fn a_checkpoint_round_trips_through_its_row_form() {
-        for position in [
-            Position::ShardEnd,
-            Position::record(seq("42")),
-            Position::sub_record(seq("42"), 7),
-        ] {
-            let back = Position::from_checkpoint(position.checkpoint(), position.sub_sequence())
-                .expect("a written checkpoint reads back");
-            assert_eq!(back, position);
-        }
-        assert!(Position::from_checkpoint("latest", None).is_err());
-    }
-
-    #[test]
-    fn numbers_held_in_place_and_shared_ones_read_compare_and_hash_by_their_digits() {
-        use std::collections::HashSet;
-        // Either side of the longest number held in place, and the longest Kinesis issues.
-        let in_place = format!("1{}", "0".repeat(INLINE - 1));
-        let shared = format!("1{}", "0".repeat(INLINE));
-        let longest = "9".repeat(MAX_DIGITS);
-        let numbers: Vec<SequenceNumber> = [in_place.as_str(), &shared, &longest, "9"]
-            .iter()
-            .map(|digits| seq(digits))
-            .collect();
-        assert!(matches!(numbers[0].0, Digits::Inline { .. }));
-        assert!(matches!(numbers[1].0, Digits::Shared(_)));
-        assert_eq!(numbers[0].as_str(), in_place);
-        assert_eq!(numbers[1].as_str(), shared);
-        assert_eq!(numbers[2].to_string(), longest);
-        assert!(numbers[3] < numbers[0] && numbers[0] < numbers[1] && numbers[1] < numbers[2]);
-        for number in &numbers {
-            let copy = number.clone();
-            assert_eq!(&copy, number);
-            assert_eq!(copy.cmp(number), Ordering::Equal);
-        }
-        let set: HashSet<SequenceNumber> = numbers.iter().chain(&numbers).cloned().collect();
-        assert_eq!(set.len(), numbers.len(), "clones hash alike");
-        assert!(set.contains(&seq(&shared)) && set.contains(&seq(&in_place)));
-    }
-}
+mod tests;

@@ -108,9 +108,12 @@ pub(crate) async fn run<H: Handler>(
         shards
     };
     // Metered, the invocation counts its own requests and checkpoint latencies, apart from
-    // others this process runs at the same time (Lambda Managed Instances).
+    // others this process runs at the same time (Lambda Managed Instances). That scope is
+    // boxed: held in place, its state (twice the shards' own) made this future and every one
+    // around it larger, and each is copied whole as it is created and awaited, unmetered too
+    // (BENCHMARKS.md, section 1, eighteenth round).
     report.shards = match (&settings.meter, &started) {
-        (Some(meter), Some(started)) => meter.scope(started, shards).await,
+        (Some(meter), Some(started)) => Box::pin(meter.scope(started, shards)).await,
         _ => shards.await,
     };
     for malformed in orphans {
@@ -137,8 +140,27 @@ async fn run_shard<H: Handler>(
     // Boxed, one block per shard: the handler's future is held in the dispatch's own state
     // (not boxed per record), so a shard's run is as large as the handler's future makes it,
     // and the caller's future need not be.
+    //
+    // Written into an uninitialised block where it is built, rather than `Box::pin`ned:
+    // `Box::pin` built the run aside and copied all of it into its block (6.7 KB with the
+    // bench's handler, however little of it is in use before its first poll), about 200 ns of a
+    // batch's 3 us of fixed cost (BENCHMARKS.md, section 1, eighteenth round). Only where the
+    // future is built in the call's own argument does it land in place: passed through a
+    // helper function, even one always inlined, it was copied again.
     match settings.mode {
-        Mode::Shard => Box::pin(shard::run_shard(settings, group, invocation)).await,
-        Mode::PartitionKey => Box::pin(partition_key::run_shard(settings, group, invocation)).await,
+        Mode::Shard => {
+            Box::into_pin(Box::write(
+                Box::new_uninit(),
+                shard::run_shard(settings, group, invocation),
+            ))
+            .await
+        }
+        Mode::PartitionKey => {
+            Box::into_pin(Box::write(
+                Box::new_uninit(),
+                partition_key::run_shard(settings, group, invocation),
+            ))
+            .await
+        }
     }
 }

@@ -114,16 +114,16 @@ async fn run_shard_at<H: Handler>(
         parent_shards,
         entries,
         invocation,
-        report,
+        &mut report,
     );
     let recovered = tokio::select! {
         biased;
         recovered = recovering => recovered,
         () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
     };
-    let (recovery, parent_shards, mut report) = match recovered {
+    let (recovery, parent_shards) = match recovered {
         Ok(recovered) => recovered,
-        Err(stopped) => return stopped,
+        Err(stopped) => return stop_all(report, &stopped.0, stopped.1),
     };
     let Recovery {
         entries,
@@ -209,7 +209,12 @@ async fn run_shard_at<H: Handler>(
             entries: &entries,
             pending,
         };
-        transactional::commit(&runner, &shard, staged, dispatched, &last).await
+        // Boxed: the largest state this function awaits, held in place it made every shard's
+        // run larger by half, transactional or not.
+        Box::pin(transactional::commit(
+            &runner, &shard, staged, dispatched, &last,
+        ))
+        .await
     } else {
         commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await
     };
@@ -454,8 +459,12 @@ async fn commit_plain(
 }
 
 /// Finds and reads the range the mapping skipped before `entries` (see [`recover`](super::recovery::recover)); when
-/// nothing may run, releases the lease, remembering the batch, and returns the shard's report,
-/// stopped. Otherwise the recovery and the parents to write with the checkpoint.
+/// nothing may run, releases the lease, remembering the batch, notes the gap in `report`, and
+/// returns the entries and why the shard stops. Otherwise the recovery and the parents to write
+/// with the checkpoint.
+///
+/// The report is lent, not moved in and out: each move copied it whole, and the report in this
+/// future's state made the shard's run larger (BENCHMARKS.md, section 1, eighteenth round).
 async fn recover_or_release<H>(
     settings: &Settings<H>,
     (key, owner): (&LeaseKey, &str),
@@ -463,17 +472,17 @@ async fn recover_or_release<H>(
     parent_shards: Option<Vec<String>>,
     entries: Vec<Entry>,
     invocation: &Invocation,
-    mut report: ShardReport,
-) -> Result<(Recovery, Option<Vec<String>>, ShardReport), ShardReport> {
+    report: &mut ShardReport,
+) -> Result<(Recovery, Option<Vec<String>>), (Vec<Entry>, StopReason)> {
     let first = entries.first().map(Entry::position);
     match recover(settings, key, state, checkpoint, entries, invocation).await {
-        Ok(recovery) => Ok((recovery, parent_shards, report)),
+        Ok(recovery) => Ok((recovery, parent_shards)),
         Err(unrecovered) => {
             let (entries, gap, reason) = *unrecovered;
             let remember = crate::gap::nothing_ran(state, checkpoint, first.as_ref());
             release(settings.store.as_ref(), key, owner, parent_shards, remember).await;
             report.gap = Some(gap);
-            Err(stop_all(report, &entries, reason))
+            Err((entries, reason))
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::SystemTime;
 
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord, KinesisRecord};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 
 use crate::key::LeaseKey;
 use crate::record::{Arrived, Record};
@@ -69,53 +69,56 @@ impl ReadEvent {
 /// Reads every record of `event`, in order, without copying a payload; and says whether any of
 /// them is a KPL aggregate (by the first bytes of each payload).
 ///
-/// Three ways, by what the event holds:
-/// - one shard's plain records, the usual batch: each is read where it lies, the event's
-///   records taken out of `event` and held as they are ([`read_in_place`]);
+/// One pass over the records ([`one_shard`]) reads each one's shard and sequence number and its
+/// payload's length and first bytes, which pick one of three ways:
+/// - one shard's plain records, the usual batch: each is held where it lies, the event's records
+///   taken out of `event` as they are ([`read_in_place`]);
 /// - more than `large` bytes of payloads of one shard: in two steps (see [`Payloads`]);
 /// - anything else (records of several shards, one that cannot be read, KPL aggregates, whose
 ///   sub-records the engine unpacks from shared bytes): each record's fields read out of the
 ///   event ([`read_fields`]).
 pub(crate) fn parse_event(event: &mut KinesisEvent, large: usize) -> (ReadEvent, bool) {
-    // Only each payload's length and first bytes are read here: a pass over a small event costs
-    // little, and each way of reading it reads the same records right after.
-    let (bytes, aggregates) = event
-        .records
-        .iter()
-        .fold((0, false), |(bytes, any), record| {
-            let data = &record.kinesis.data.0;
-            (bytes + data.len(), any || crate::kpl::is_aggregate(data))
-        });
-    let read = if bytes > large {
-        read_large(event)
-    } else if aggregates {
-        None
-    } else {
-        read_in_place(event)
+    let Some(shard) = one_shard(event) else {
+        // Rare: the records are read again, one by one, whatever their payloads hold.
+        let aggregates = event
+            .records
+            .iter()
+            .any(|record| crate::kpl::is_aggregate(&record.kinesis.data.0));
+        return (read_fields(event), aggregates);
     };
-    (read.unwrap_or_else(|| read_fields(event)), aggregates)
+    let read = if shard.bytes > large {
+        read_large(event, shard.key, shard.sequences)
+    } else if shard.aggregates {
+        read_fields(event)
+    } else {
+        read_in_place(event, shard.key, shard.sequences)
+    };
+    (read, shard.aggregates)
 }
 
-/// The records of an event of one shard, each held where the event holds it (see
-/// [`Record::in_event`]), the event's records taken out of `event`; `None`, with the event left
-/// as it was, as soon as a record names another shard than the first or cannot be read.
-fn read_in_place(event: &mut KinesisEvent) -> Option<ReadEvent> {
-    let (key, sequences) = one_shard(event, |_, kinesis| kinesis.sequence_number.parse().ok())?;
-    let records = Record::in_event(key.clone(), std::mem::take(&mut event.records), sequences)?;
-    Some(ReadEvent::OneShard { key, records })
+/// What one pass over an event of one shard reads.
+struct OneShard {
+    key: LeaseKey,
+    /// One per record, in order.
+    sequences: Vec<SequenceNumber>,
+    /// The payloads' length.
+    bytes: usize,
+    /// Whether a payload is a KPL aggregate.
+    aggregates: bool,
 }
 
-/// The key of the one shard every record of `event` names, and what `read` makes of each
-/// record (given its index in the event); `None` as soon as a record names another shard than
-/// the first, or cannot be read, by its shard or by `read`. The first pass of both ways of
-/// reading one shard's event: in place, and in two steps.
-fn one_shard<T>(
-    event: &KinesisEvent,
-    mut read: impl FnMut(usize, &KinesisRecord) -> Option<T>,
-) -> Option<(LeaseKey, Vec<T>)> {
+/// The one pass over an event of one shard: the key every record names, each record's sequence
+/// number, and the payloads' length and whether one is an aggregate (by its first bytes); `None`
+/// as soon as a record names another shard than the first, or cannot be read.
+///
+/// Each number is read where it stays, in the vector (see [`SequenceNumber::read_into`]). The
+/// payloads' lengths were a pass of their own before: folded in here, the event's records are
+/// walked once before dispatch rather than twice (BENCHMARKS.md, section 1, eighteenth round).
+fn one_shard(event: &KinesisEvent) -> Option<OneShard> {
     let mut keys = KeyCache::default();
-    let mut each = Vec::with_capacity(event.records.len());
-    for (index, record) in event.records.iter().enumerate() {
+    let mut sequences = Vec::with_capacity(event.records.len());
+    let (mut bytes, mut aggregates) = (0, false);
+    for record in &event.records {
         keys.key(
             record.event_source_arn.as_deref(),
             record.event_id.as_deref(),
@@ -123,9 +126,32 @@ fn one_shard<T>(
         if keys.several {
             return None;
         }
-        each.push(read(index, &record.kinesis)?);
+        let kinesis = &record.kinesis;
+        sequences.push(SequenceNumber::ZERO);
+        let sequence = sequences.last_mut()?;
+        sequence.read_into(&kinesis.sequence_number).ok()?;
+        let data = &kinesis.data.0;
+        bytes += data.len();
+        aggregates |= crate::kpl::is_aggregate(data);
     }
-    Some((keys.only()?, each))
+    Some(OneShard {
+        key: keys.only()?,
+        sequences,
+        bytes,
+        aggregates,
+    })
+}
+
+/// The records of an event of one shard, each held where the event holds it (see
+/// [`Record::in_event`]), the event's records taken out of `event`.
+fn read_in_place(
+    event: &mut KinesisEvent,
+    key: LeaseKey,
+    sequences: Vec<SequenceNumber>,
+) -> ReadEvent {
+    let records = Record::in_event(key.clone(), std::mem::take(&mut event.records), sequences)
+        .unwrap_or_else(|| unreachable!("one pass read one sequence number per record"));
+    ReadEvent::OneShard { key, records }
 }
 
 /// Reads every record of `event` into fields of its own, in order, taking the partition keys
@@ -150,24 +176,29 @@ fn read_fields(event: &mut KinesisEvent) -> ReadEvent {
     }
 }
 
-/// The first step of reading a large event of one shard whose every record can be read: `None`
-/// as soon as a record names another shard than the first or cannot be read (the event is left
-/// as it was, for [`read_fields`]). Otherwise the batch, the event's records taken out of
-/// `event`.
-fn read_large(event: &mut KinesisEvent) -> Option<ReadEvent> {
-    let (key, placed) = one_shard(event, |index, kinesis| {
-        Some(Placed {
+/// The first step of reading a large event of one shard: each record known by its place in the
+/// event, sequence number and arrival, the event's records taken out of `event`.
+fn read_large(
+    event: &mut KinesisEvent,
+    key: LeaseKey,
+    sequences: Vec<SequenceNumber>,
+) -> ReadEvent {
+    let placed = sequences
+        .into_iter()
+        .zip(&event.records)
+        .enumerate()
+        .map(|(index, (sequence, record))| Placed {
             index,
-            sequence: kinesis.sequence_number.parse().ok()?,
-            arrival: SystemTime::from(kinesis.approximate_arrival_timestamp.0),
+            sequence,
+            arrival: SystemTime::from(record.kinesis.approximate_arrival_timestamp.0),
         })
-    })?;
+        .collect();
     let payloads = Payloads::new(key.clone(), std::mem::take(&mut event.records));
-    Some(ReadEvent::Placed {
+    ReadEvent::Placed {
         key,
         placed,
         payloads,
-    })
+    }
 }
 
 /// Every record of a batch names the same stream and shard: read the key out of the first
@@ -270,6 +301,18 @@ mod tests {
         parse_event(event, LARGE).0.into_parsed()
     }
 
+    /// Two sub-records, as `aws-kinesis-agg` packs them (the example of `kpl::is_aggregate`).
+    const AGGREGATE: &[u8] = b"\xf3\x89\x9a\xc2\n\x07order-1\n\x07order-2\x1a\x0b\x08\x00\x1a\x07{\"n\":1}\
+        \x1a\x0b\x08\x01\x1a\x07{\"n\":2}\xcd\x88\xf1\xbf\x62\xbc\x27\x8c\x33\xbd\x84\x6c\xa6\x0d\x2a\xba";
+
+    /// A record whose payload is [`AGGREGATE`].
+    fn packed_record(event_id: &str, arn: &str, sequence: &str) -> serde_json::Value {
+        let mut packed = lambda_record(event_id, arn, sequence);
+        packed["kinesis"]["data"] =
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, AGGREGATE).into();
+        packed
+    }
+
     fn event(records: &serde_json::Value) -> KinesisEvent {
         serde_json::from_value(serde_json::json!({ "Records": records })).expect("event shape")
     }
@@ -332,13 +375,8 @@ mod tests {
             plain.records.is_empty(),
             "taken out of the event, not copied"
         );
-        // Two sub-records, as `aws-kinesis-agg` packs them (the example of `kpl::is_aggregate`):
-        // unpacked into slices of shared bytes, so read into fields.
-        let aggregate = b"\xf3\x89\x9a\xc2\n\x07order-1\n\x07order-2\x1a\x0b\x08\x00\x1a\x07{\"n\":1}\
-            \x1a\x0b\x08\x01\x1a\x07{\"n\":2}\xcd\x88\xf1\xbf\x62\xbc\x27\x8c\x33\xbd\x84\x6c\xa6\x0d\x2a\xba";
-        let mut packed = lambda_record(&id, ARN, later);
-        packed["kinesis"]["data"] =
-            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, aggregate).into();
+        // An aggregate's sub-records are slices of shared bytes: read into fields.
+        let packed = packed_record(&id, ARN, later);
         let mut with_aggregate = event(&serde_json::json!([lambda_record(&id, ARN, SEQ), packed]));
         let (read, aggregates) = parse_event(&mut with_aggregate, LARGE);
         assert!(aggregates);
@@ -346,12 +384,52 @@ mod tests {
             panic!("one shard's batch")
         };
         assert!(!records.iter().any(Record::is_held_in_event));
-        assert_eq!(records[1].data(), aggregate);
+        assert_eq!(records[1].data(), AGGREGATE);
         assert_eq!(
             with_aggregate.records.len(),
             2,
             "the rest left in the event"
         );
+    }
+
+    #[test]
+    fn the_one_pass_says_whether_a_payload_is_an_aggregate_however_the_event_is_then_read() {
+        let id = |shard: u32| format!("shardId-00000000000{shard}:{SEQ}");
+        let later = "49590338271490256608559692538361571095921575989136588899";
+        let records = serde_json::json!([
+            lambda_record(&id(4), ARN, SEQ),
+            packed_record(&id(4), ARN, later),
+        ]);
+        // Over the large size (here 10 bytes of payloads), even with an aggregate: in two steps,
+        // each record known by its place, sequence number and arrival.
+        let mut large = event(&records);
+        let arrival = SystemTime::from(large.records[1].kinesis.approximate_arrival_timestamp.0);
+        let (read, aggregates) = parse_event(&mut large, 10);
+        assert!(aggregates);
+        let ReadEvent::Placed { key, placed, .. } = &read else {
+            panic!("a large event is read in two steps")
+        };
+        assert_eq!(*key, LeaseKey::new("orders", "shardId-000000000004"));
+        let places: Vec<_> = placed
+            .iter()
+            .map(|place| (place.index, place.sequence.as_str(), place.arrival))
+            .collect();
+        assert_eq!(places, [(0, SEQ, arrival), (1, later, arrival)]);
+        assert!(large.records.is_empty(), "taken out of the event");
+        let read: Vec<_> = read.into_parsed().into_iter().map(Result::unwrap).collect();
+        assert_eq!(read[1].data(), AGGREGATE);
+        // Records of two shards: read one by one, and the aggregate still seen.
+        let mut mixed = event(&serde_json::json!([
+            lambda_record(&id(5), ARN, SEQ),
+            packed_record(&id(4), ARN, later),
+        ]));
+        let (read, aggregates) = parse_event(&mut mixed, LARGE);
+        assert!(aggregates && matches!(read, ReadEvent::Mixed(_)));
+        let mut plain_mixed = event(&serde_json::json!([
+            lambda_record(&id(5), ARN, SEQ),
+            lambda_record(&id(4), ARN, later),
+        ]));
+        assert!(!parse_event(&mut plain_mixed, LARGE).1);
     }
 
     #[test]
