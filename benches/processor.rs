@@ -357,6 +357,10 @@ criterion_group!(
 /// only inside [`counted`]): unlike a time, the count is the same whatever else the machine
 /// runs. `spec` names the benchmark as criterion does, with the iterations:
 /// `<group>/<function>/<size>/<iterations>`, e.g. `batch_json/processor/1000/3`.
+///
+/// Each iteration is also timed, around [`counted`] (so that no clock is read inside the
+/// count), and the fastest, the tenth-fastest percentile and the median iteration are printed
+/// on stderr: `scripts/bench_times.py` compares builds by them.
 fn count(spec: &str) {
     let parts: Vec<&str> = spec.split('/').collect();
     let [group, function, size, iterations] = parts[..] else {
@@ -376,10 +380,25 @@ fn count(spec: &str) {
         rt.block_on(duplicate.process_batch(event.clone(), &context))
             .unwrap();
     }
+    // At least 256 KB, so that glibc maps it apart from the heap whatever the iterations: its
+    // size moved where the batch's blocks fell, and with them the time (BENCHMARKS.md, section
+    // 1, eighteenth round).
+    let mut times: Vec<u128> =
+        Vec::with_capacity(usize::try_from(iterations).unwrap_or_default().max(16_384));
+    // Where the batch's blocks fall moves its time as much as a change of the code does (the
+    // same instructions took 55 or 65 us per batch of 100 JSON records by the size of one block
+    // allocated earlier), so `scripts/bench_times.py` moves them with a block of this many
+    // bytes, held from the copy of the input to the end of each iteration.
+    let heap_pad: usize = std::env::var("PROCESSOR_BENCH_HEAP_PAD")
+        .ok()
+        .and_then(|pad| pad.parse().ok())
+        .unwrap_or_default();
     for _ in 0..iterations {
         // The copy of the input is made outside the count, as criterion makes it outside the
         // timed part.
         let (event, body) = (event.clone(), body.clone());
+        let pad = black_box(vec![0_u8; heap_pad]);
+        let started = std::time::Instant::now();
         counted(|| match (start, function) {
             ("batch", "bare_loop") => {
                 rt.block_on(bare_loop(event, |data| async move { code(&data) }));
@@ -425,6 +444,16 @@ fn count(spec: &str) {
             }
             _ => panic!("no benchmark {group}/{function}"),
         });
+        times.push(started.elapsed().as_nanos());
+        drop(pad);
+    }
+    times.sort_unstable();
+    if let (Some(fastest), Some(tenth), Some(median)) = (
+        times.first(),
+        times.get(times.len() / 10),
+        times.get(times.len() / 2),
+    ) {
+        eprintln!("iteration ns: fastest {fastest} tenth {tenth} median {median}");
     }
 }
 
