@@ -16,6 +16,12 @@
 //!   `LambdaKinesisEvent` (what [`Processor::service`] reads) for the processor: the whole hot
 //!   path of an invocation, from the bytes to the answer.
 //!
+//! The processor runs as a function runs it: one processor and store for every batch, as a
+//! Lambda function builds them once and keeps them across invocations, each batch the shard's
+//! next, its sequence numbers above the last batch's ([`Batches`]). Through the eighteenth round
+//! (BENCHMARKS.md, section 1) each batch had a processor and a store of its own, built and freed
+//! in the timed part; `batch_*/processor_new_store` still measures that, beside it.
+//!
 //! Two handlers:
 //!
 //! - `json`: the user code reads each payload as a typed order (`serde_json`), as a real
@@ -51,6 +57,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
 use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record, SequenceNumber};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
@@ -68,7 +75,7 @@ const PAYLOAD_BYTES: usize = 1_024;
 fn body(count: u64) -> Vec<u8> {
     let records: Vec<Value> = (0..count)
         .map(|n| {
-            let sequence = format!("4965613927021873511896241617838653987429043548461{n:07}");
+            let sequence = format!("{SEQUENCE_PREFIX}{n:07}");
             let head = format!(
                 r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
                 n % 997
@@ -162,8 +169,7 @@ fn runtime() -> Runtime {
         .unwrap()
 }
 
-/// A processor on a fresh store: every batch is new to it, as in steady state (the row's
-/// checkpoint is below the batch).
+/// A processor on a store of its own, to which every batch is new until it runs one.
 macro_rules! fresh_processor {
     ($user_code:expr) => {
         Processor::new(
@@ -171,6 +177,76 @@ macro_rules! fresh_processor {
             move |record: Record| async move { $user_code(record.data()) },
         )
     };
+}
+
+/// The first digits every sequence number of [`body`] shares.
+const SEQUENCE_PREFIX: &str = "4965613927021873511896241617838653987429043548461";
+
+/// Where in a sequence number [`Batches`] writes its round: the last 14 digits of
+/// [`SEQUENCE_PREFIX`], above each record's own 7.
+const ROUND_DIGITS: std::ops::Range<usize> = 35..49;
+
+/// One event (and its bytes) again and again, as a shard's successive batches: each copy's
+/// sequence numbers, in its records and in its event ids, carry the copy's round in
+/// [`ROUND_DIGITS`], so each batch is above the last and a kept processor runs every record,
+/// as a function runs each new batch of a shard. The digits are written over the copy's own,
+/// so its blocks are laid out as a plain copy's, and before the timed part.
+struct Batches {
+    event: KinesisEvent,
+    body: Vec<u8>,
+    /// Where each sequence number starts in `body`.
+    in_body: Vec<usize>,
+    round: std::cell::Cell<u64>,
+}
+
+impl Batches {
+    fn new(event: &KinesisEvent, body: &[u8]) -> Self {
+        let text = std::str::from_utf8(body).expect("JSON is text");
+        let in_body = text
+            .match_indices(SEQUENCE_PREFIX)
+            .map(|(at, _)| at)
+            .collect();
+        Self {
+            event: event.clone(),
+            body: body.to_vec(),
+            in_body,
+            round: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The next round's digits.
+    fn next_round(&self) -> String {
+        self.round.set(self.round.get() + 1);
+        format!("{:014}", self.round.get())
+    }
+
+    /// The next batch, from the `KinesisEvent`.
+    fn next_event(&self) -> KinesisEvent {
+        let digits = self.next_round();
+        let mut event = self.event.clone();
+        for record in &mut event.records {
+            record
+                .kinesis
+                .sequence_number
+                .replace_range(ROUND_DIGITS, &digits);
+            let id = record.event_id.as_mut().expect("an event id");
+            let at = id
+                .find(SEQUENCE_PREFIX)
+                .expect("a sequence number in the event id");
+            id.replace_range(at + ROUND_DIGITS.start..at + ROUND_DIGITS.end, &digits);
+        }
+        event
+    }
+
+    /// The next batch, as bytes.
+    fn next_body(&self) -> Vec<u8> {
+        let digits = self.next_round();
+        let mut body = self.body.clone();
+        for at in &self.in_body {
+            body[at + ROUND_DIGITS.start..at + ROUND_DIGITS.end].copy_from_slice(digits.as_bytes());
+        }
+        body
+    }
 }
 
 /// The user code of a handler named `name`.
@@ -189,7 +265,8 @@ fn processor_against_bare_loop(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("batch_{name}"));
         group.sample_size(20);
         for size in SIZES {
-            let event: KinesisEvent = deserialize(&body(size));
+            let body = body(size);
+            let event: KinesisEvent = deserialize(&body);
             let context = context();
             group.throughput(Throughput::Elements(size));
             group.bench_function(BenchmarkId::new("bare_loop", size), |b| {
@@ -249,7 +326,19 @@ fn processor_against_bare_loop(c: &mut Criterion) {
                     BatchSize::LargeInput,
                 );
             });
+            let (processor, batches) = (fresh_processor!(code), Batches::new(&event, &body));
+            steady_state(&rt, &processor, &batches);
             group.bench_function(BenchmarkId::new("processor", size), |b| {
+                b.iter_batched(
+                    || batches.next_event(),
+                    |event| {
+                        let response = rt.block_on(processor.process(event, &context));
+                        assert!(response.unwrap().batch_item_failures.is_empty());
+                    },
+                    BatchSize::LargeInput,
+                );
+            });
+            group.bench_function(BenchmarkId::new("processor_new_store", size), |b| {
                 b.iter_batched(
                     || event.clone(),
                     |event| {
@@ -264,6 +353,27 @@ fn processor_against_bare_loop(c: &mut Criterion) {
     }
 }
 
+/// Checks that `batches` run on a kept `processor` as a shard's successive batches do: each
+/// one's every record processed, none skipped as done by the one before.
+fn steady_state<H: kinesis_checkpoint::Handler>(
+    rt: &Runtime,
+    processor: &Processor<H>,
+    batches: &Batches,
+) {
+    for _ in 0..2 {
+        let event = batches.next_event();
+        let records = event.records.len();
+        let report = rt
+            .block_on(processor.process_batch(event, &context()))
+            .expect("a batch runs");
+        assert_eq!(
+            report.shards[0].count(Disposition::Processed),
+            records,
+            "each batch is new to the processor"
+        );
+    }
+}
+
 /// The same, from the event's bytes: what an invocation of either function does.
 fn from_bytes(c: &mut Criterion) {
     let rt = runtime();
@@ -275,6 +385,11 @@ fn from_bytes(c: &mut Criterion) {
             let body = body(size);
             let context = context();
             group.throughput(Throughput::Elements(size));
+            let (processor, batches) = (
+                fresh_processor!(code),
+                Batches::new(&deserialize(&body), &body),
+            );
+            steady_state(&rt, &processor, &batches);
             group.bench_function(BenchmarkId::new("bare_loop", size), |b| {
                 b.iter_batched(
                     || body.clone(),
@@ -289,10 +404,10 @@ fn from_bytes(c: &mut Criterion) {
             });
             group.bench_function(BenchmarkId::new("processor", size), |b| {
                 b.iter_batched(
-                    || body.clone(),
+                    || batches.next_body(),
                     |body| {
                         let LambdaKinesisEvent(event) = deserialize(&body);
-                        let response = rt.block_on(fresh_processor!(code).process(event, &context));
+                        let response = rt.block_on(processor.process(event, &context));
                         assert!(response.unwrap().batch_item_failures.is_empty());
                     },
                     BatchSize::LargeInput,
@@ -375,6 +490,8 @@ fn count(spec: &str) {
     let (start, name) = group.split_once('_').unwrap_or((group, "json"));
     let code = user_code(name);
     let duplicate = fresh_processor!(apply_order);
+    let (processor, batches) = (fresh_processor!(code), Batches::new(&event, &body));
+    steady_state(&rt, &processor, &batches);
     let below: SequenceNumber = "1".parse().expect("a sequence number");
     if start == "duplicate" {
         rt.block_on(duplicate.process_batch(event.clone(), &context))
@@ -396,7 +513,11 @@ fn count(spec: &str) {
     for _ in 0..iterations {
         // The copy of the input is made outside the count, as criterion makes it outside the
         // timed part.
-        let (event, body) = (event.clone(), body.clone());
+        let (event, body) = match (start, function) {
+            ("batch", "processor") => (batches.next_event(), Vec::new()),
+            ("bytes", "processor") => (event.clone(), batches.next_body()),
+            _ => (event.clone(), body.clone()),
+        };
         let pad = black_box(vec![0_u8; heap_pad]);
         let started = std::time::Instant::now();
         counted(|| match (start, function) {
@@ -423,6 +544,9 @@ fn count(spec: &str) {
                 least_in_two_phases(event, &below, CHUNK, code);
             }
             ("batch", "processor") => {
+                rt.block_on(processor.process(event, &context)).unwrap();
+            }
+            ("batch", "processor_new_store") => {
                 rt.block_on(fresh_processor!(code).process(event, &context))
                     .unwrap();
             }
@@ -432,8 +556,7 @@ fn count(spec: &str) {
             }
             ("bytes", "processor") => {
                 let LambdaKinesisEvent(event) = deserialize(&body);
-                rt.block_on(fresh_processor!(code).process(event, &context))
-                    .unwrap();
+                rt.block_on(processor.process(event, &context)).unwrap();
             }
             ("duplicate", "processor") => {
                 rt.block_on(duplicate.process(event, &context)).unwrap();

@@ -8,7 +8,10 @@ read from those files (the median of each benchmark); nothing is assumed.
 Per starting point (`batch_*`: the deserialized `KinesisEvent`; `bytes_*`: the event's JSON
 bytes), handler and batch size: the median time of each side, their ratio and what the
 processor adds per record. Then the targets of issue 17 (BENCHMARKS.md, section 1), each with
-the figures it was judged on:
+the figures it was judged on. The processor is measured as a function runs it: one processor
+and store kept across batches, each batch the shard's next. Beside it, from the `KinesisEvent`
+and not judged, `processor_new_store`: a processor and store built and freed with each batch,
+what the bench measured through the eighteenth round of BENCHMARKS.md, section 1.
 
 - with the JSON handler, the processor takes at most 1.2 times the bare loop, at every size;
 - with the JSON and with the empty handler, it adds under 0.25 us per record at every size,
@@ -106,6 +109,14 @@ def main() -> None:
                 print(f"{start:<6} {handler:<8} {size:>8} {bare / 1e3:>10.1f}us "
                       f"{processor / 1e3:>10.1f}us {processor / bare:>7.2f} "
                       f"{(processor - bare) / size:>11.0f}ns")
+    for handler in ("json", "empty"):
+        for size in SIZES:
+            bare = median_ns(root, f"batch_{handler}", "bare_loop", size)
+            fresh = median_ns(root, f"batch_{handler}", "processor_new_store", size)
+            if bare is not None and fresh is not None:
+                print(f"{'batch':<6} {handler:<8} {size:>8} {bare / 1e3:>10.1f}us "
+                      f"{fresh / 1e3:>10.1f}us {fresh / bare:>7.2f} "
+                      f"{(fresh - bare) / size:>11.0f}ns  a new store each batch (not judged)")
     print()
     duplicates: dict[str, dict[int, float]] = {}
     print(f"{'duplicate batch':<22} {'records':>8} {'processor':>12} {'per record':>11}")

@@ -43,9 +43,11 @@ BENCHMARKS = (
     ("batch_json", "bare_loop"),
     ("batch_json", "least_in_place"),
     ("batch_json", "processor"),
+    ("batch_json", "processor_new_store"),
     ("batch_empty", "bare_loop"),
     ("batch_empty", "least_in_place"),
     ("batch_empty", "processor"),
+    ("batch_empty", "processor_new_store"),
     ("duplicate", "processor"),
 )
 
