@@ -9,7 +9,8 @@
 //!
 //! Each measurement runs in a child process (this binary again), which does what
 //! `lambda_runtime` and the function do with one invocation: the body as received, deserialized
-//! into a `KinesisEvent` (the body is then dropped, as the runtime does), processed on
+//! into a `KinesisEvent` (through `InvocationEvent` for the processor, as its service reads it;
+//! the body is then dropped, as the runtime does), processed on
 //! [`MemoryLeaseStore`], the answer serialized. Peak resident memory is the kernel's high-water
 //! mark (`VmHWM` in `/proc/self/status`), reset (`/proc/self/clear_refs` = 5) after the runtime,
 //! the processor and the allocator are warm; the figure is that peak minus the resident memory
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine;
+use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::{Value, json};
 
@@ -154,11 +156,15 @@ fn child(path: &str, with_processor: bool) {
     );
     let context = lambda_runtime::Context::default();
     let handle = |body: Vec<u8>| -> usize {
-        let event: KinesisEvent = serde_json::from_slice(&body).expect("a Kinesis event");
-        drop(body);
+        // Each reads the body as its runtime does: the processor's service as
+        // `InvocationEvent`, a bare function as `KinesisEvent`.
         let response = if with_processor {
+            let InvocationEvent(event) = serde_json::from_slice(&body).expect("a Kinesis event");
+            drop(body);
             rt.block_on(processor.process(event, &context)).unwrap()
         } else {
+            let event: KinesisEvent = serde_json::from_slice(&body).expect("a Kinesis event");
+            drop(body);
             bare_loop(event)
         };
         assert!(response.batch_item_failures.is_empty());

@@ -13,7 +13,7 @@
 //!   given to [`Processor::process`]: the toolkit's cost after the event is read;
 //! - `bytes_*`: the event's JSON bytes, deserialized as `lambda_runtime` does
 //!   (`serde_path_to_error` over `serde_json`), into `KinesisEvent` for the bare loop and into
-//!   `LambdaKinesisEvent` (what [`Processor::service`] reads) for the processor: the whole hot
+//!   `InvocationEvent` (what [`Processor::service`] reads) for the processor: the whole hot
 //!   path of an invocation, from the bytes to the answer.
 //!
 //! The processor runs as a function runs it: one processor and store for every batch, as a
@@ -39,8 +39,8 @@
 //! lies, with no block (`least_in_place`). So a miss says how much is the processor's
 //! structure and how much the work it cannot leave out.
 //!
-//! And `duplicate` (from the `KinesisEvent`) and `duplicate_bytes` (from the bytes): a batch
-//! already checkpointed, every record skipped (a redelivery).
+//! And `duplicate/processor` (from the `KinesisEvent`) and `duplicate/processor_from_bytes`
+//! (from the bytes): a batch already checkpointed, every record skipped (a redelivery).
 //!
 //! `make bench` runs it and `scripts/bench_summary.py` prints the ratios, the cost per record
 //! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates. With
@@ -56,7 +56,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
-use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{Handler, MemoryLeaseStore, Outcome, Processor, Record, SequenceNumber};
 use serde_json::{Value, json};
@@ -362,7 +362,7 @@ fn processor_against_bare_loop(c: &mut Criterion) {
 /// checked.
 fn steady_state<H: Handler>(rt: &Runtime, processor: &Processor<H>, batches: &Batches) {
     let from_body = || {
-        let LambdaKinesisEvent(event) = deserialize(&batches.next_body());
+        let InvocationEvent(event) = deserialize(&batches.next_body());
         event
     };
     // Each way twice, alternated: a batch not raised above the one before it is skipped whole,
@@ -417,7 +417,7 @@ fn from_bytes(c: &mut Criterion) {
                 b.iter_batched(
                     || batches.next_body(),
                     |body| {
-                        let LambdaKinesisEvent(event) = deserialize(&body);
+                        let InvocationEvent(event) = deserialize(&body);
                         let response = rt.block_on(processor.process(event, &context));
                         assert!(response.unwrap().batch_item_failures.is_empty());
                     },
@@ -460,7 +460,7 @@ fn duplicate_batch(c: &mut Criterion) {
             b.iter_batched(
                 || body.clone(),
                 |body| {
-                    let LambdaKinesisEvent(event) = deserialize(&body);
+                    let InvocationEvent(event) = deserialize(&body);
                     let response = rt.block_on(processor.process(event, &context));
                     assert!(response.unwrap().batch_item_failures.is_empty());
                 },
@@ -566,14 +566,14 @@ fn count(spec: &str) {
                 rt.block_on(bare_loop(event, |data| async move { code(&data) }));
             }
             ("bytes", "processor") => {
-                let LambdaKinesisEvent(event) = deserialize(&body);
+                let InvocationEvent(event) = deserialize(&body);
                 rt.block_on(processor.process(event, &context)).unwrap();
             }
             ("duplicate", "processor") => {
                 rt.block_on(duplicate.process(event, &context)).unwrap();
             }
             ("duplicate", "processor_from_bytes") => {
-                let LambdaKinesisEvent(event) = deserialize(&body);
+                let InvocationEvent(event) = deserialize(&body);
                 rt.block_on(duplicate.process(event, &context)).unwrap();
             }
             _ => panic!("no benchmark {group}/{function}"),

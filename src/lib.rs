@@ -55,7 +55,7 @@
 //! | [`processor`] | the builder's defaults, the mode trait and [`UnknownMode`](processor::UnknownMode) |
 //! | [`store`] | store implementers and wrappers: the seed's [`LeaseStore`](store::LeaseStore), the engine's [`CheckpointStore`](store::CheckpointStore), the adapter [`SeedStore`](store::SeedStore), [`Layered`](store::Layered) wrappers, `store::dynamo` |
 //! | [`sequence`] | sequence numbers and the extended order checkpoints compare in; `SHARD_END` |
-//! | [`event`] | Lambda's Kinesis event ([`LambdaKinesisEvent`](event::LambdaKinesisEvent)), read into records; malformed records |
+//! | [`event`] | Lambda's Kinesis event ([`InvocationEvent`](event::InvocationEvent) as `service` reads it, [`LambdaKinesisEvent`](event::LambdaKinesisEvent) whole), read into records; malformed records |
 //! | [`kpl`] | KPL aggregates unpacked into their user records (always built) |
 //! | [`report`] | what an invocation did with each record: dispositions and stop reasons |
 //! | [`dead_letter`] | dead letters, their message format and redrive |

@@ -13,7 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use common::{context, reported};
-use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::store::row_key;
@@ -42,10 +42,10 @@ fn lambda_record(shard: &str, sequence: &str, partition_key: Option<Value>) -> V
     record
 }
 
-/// The event `service()` would read from `records`: through `LambdaKinesisEvent`.
+/// The event `service()` would read from `records`: through `InvocationEvent`.
 fn read_event(records: &[Value]) -> aws_lambda_events::event::kinesis::KinesisEvent {
     let json = json!({ "Records": records }).to_string();
-    let LambdaKinesisEvent(event) = serde_json::from_str(&json).expect("the event is read");
+    let InvocationEvent(event) = serde_json::from_str(&json).expect("the event is read");
     event
 }
 

@@ -20,7 +20,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::event::{InvocationEvent, LambdaKinesisEvent};
 use kinesis_checkpoint::kpl::MAGIC;
 use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::{
@@ -68,11 +68,27 @@ fn recording_processor() -> (
     (processor, store, seen)
 }
 
-/// Deserializes `body` as Lambda's runtime does for the processor's service (with the path of
-/// the offending field).
-fn deserialize(body: &[u8]) -> Result<LambdaKinesisEvent, String> {
+/// Deserializes `body` as Lambda's runtime does (with the path of the offending field): as
+/// `LambdaKinesisEvent`, every field kept, unless the caller names another type.
+fn deserialize<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body))
         .map_err(|error| error.to_string())
+}
+
+/// What `InvocationEvent` must make of `body`: `LambdaKinesisEvent`'s reading, the same error or
+/// the same event with the fields no part of the processor reads left out.
+fn as_the_service_reads(body: &[u8]) -> Result<KinesisEvent, String> {
+    deserialize::<LambdaKinesisEvent>(body).map(|LambdaKinesisEvent(mut event)| {
+        for record in &mut event.records {
+            record.aws_region = None;
+            record.event_name = None;
+            record.event_source = None;
+            record.event_version = None;
+            record.invoke_identity_arn = None;
+            record.kinesis.kinesis_schema_version = None;
+        }
+        event
+    })
 }
 
 /// Deserializes `body` as Lambda's runtime does, then hands the event to the processor's
@@ -80,7 +96,7 @@ fn deserialize(body: &[u8]) -> Result<LambdaKinesisEvent, String> {
 fn invoke(
     body: &[u8],
 ) -> Result<(Result<KinesisEventResponse, ProcessError>, Vec<Record>), String> {
-    let event = deserialize(body)?;
+    let event: InvocationEvent = deserialize(body)?;
     let (processor, _store, seen) = recording_processor();
     let mut service = processor.service();
     let answer = block_on(async {
@@ -811,6 +827,13 @@ fn flaw() -> impl Strategy<Value = Flaw> {
             Just(("/eventID", json!(12))),
             Just(("/eventSourceARN", json!({ "arn": true }))),
             Just(("/kinesis", json!("kinesis"))),
+            // Fields no part of the processor reads: `InvocationEvent` refuses them all the same.
+            Just(("/awsRegion", json!(17))),
+            Just(("/eventName", json!(["aws:kinesis:record"]))),
+            Just(("/eventSource", json!(true))),
+            Just(("/eventVersion", json!(1.0))),
+            Just(("/invokeIdentityArn", json!({ "arn": "x" }))),
+            Just(("/kinesis/kinesisSchemaVersion", json!(1))),
         ]
         .prop_map(|(pointer, value)| Flaw::WrongType(pointer, value)),
         prop_oneof![
@@ -1167,6 +1190,11 @@ proptest! {
             .position(|item| item.flaw.as_ref().is_some_and(|flaw| !flaw.deserializes()));
         let body = body(&built.json);
         let deserialized = deserialize(&body);
+        // What the service reads: the same refusal, or the same event less the unread fields.
+        prop_assert_eq!(
+            deserialize::<InvocationEvent>(&body).map(|InvocationEvent(event)| event),
+            as_the_service_reads(&body)
+        );
         match (deserialized, undeserializable) {
             (Err(message), Some(index)) => {
                 // Lambda's runtime fails the whole batch before the handler runs: nothing was
@@ -1344,7 +1372,9 @@ fn a_record_or_kinesis_field_that_is_not_an_object_is_a_clear_error() {
         (json!([[]]), "event"),
     ] {
         let body = serde_json::to_vec(&event).unwrap();
-        let error = deserialize(&body).expect_err("not Lambda's shape");
+        let error = deserialize::<LambdaKinesisEvent>(&body).expect_err("not Lambda's shape");
         assert!(error.contains(path), "{path:?} missing from: {error}");
+        let served = deserialize::<InvocationEvent>(&body).expect_err("not Lambda's shape");
+        assert_eq!(served, error);
     }
 }

@@ -5,10 +5,13 @@
 //! the event used to be read twice to fix it: into a `serde_json::Value`, whose timestamps were
 //! rewritten, then from it into `KinesisEvent`. Here each record is read once, every field with
 //! `aws_lambda_events`' own type (so the same defaults, the same refusals and the same
-//! messages) but two: the timestamp, read to the microsecond, and the payload, decoded where it
-//! lies by a faster decoder that refuses the same texts with the same messages.
+//! messages) but two: the timestamp, read to the microsecond, and the payload, read as bytes
+//! and decoded where it lies by a faster decoder that refuses the same texts with the same
+//! messages (but for the column of a payload that is an array, and the words for one that is
+//! not UTF-8, neither of which Lambda sends).
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::{Duration, UNIX_EPOCH};
 
 use aws_lambda_events::encodings::{Base64Data, SecondTimestamp};
@@ -17,11 +20,19 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::LambdaKinesisEvent;
+use super::{InvocationEvent, LambdaKinesisEvent};
 
 impl<'de> Deserialize<'de> for LambdaKinesisEvent {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(EventVisitor).map(Self)
+        deserializer.deserialize_map(EventVisitor::<true>).map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for InvocationEvent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_map(EventVisitor::<false>)
+            .map(Self)
     }
 }
 
@@ -49,22 +60,64 @@ impl Visitor<'_> for Field {
     }
 }
 
-/// Reads the next value of `map` into `slot`, refusing a second one as a derived struct does.
-fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+/// Reads the next value of `map` with `seed` (`PhantomData`: as its type reads itself) into
+/// `slot`, refusing a second one as a derived struct does.
+fn once<'de, A: MapAccess<'de>, S: DeserializeSeed<'de>>(
     map: &mut A,
-    slot: &mut Option<T>,
+    slot: &mut Option<S::Value>,
     name: &'static str,
+    seed: S,
 ) -> Result<(), A::Error> {
     if slot.is_some() {
         return Err(de::Error::duplicate_field(name));
     }
-    *slot = Some(map.next_value()?);
+    *slot = Some(map.next_value_seed(seed)?);
     Ok(())
 }
 
-struct EventVisitor;
+/// A field no part of the processor reads, as an `Option<String>` that is always `None`: a
+/// string or `null` is taken where it lies, not copied out of the input, and anything else is
+/// refused as `aws_lambda_events` refuses it.
+struct Unkept;
 
-impl<'de> Visitor<'de> for EventVisitor {
+impl<'de> DeserializeSeed<'de> for Unkept {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unkept {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `aws_lambda_events` reads the field as an `Option<String>`: the same words.
+        f.write_str("a string")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// The event, every field kept (`ALL`, [`LambdaKinesisEvent`]) or only those the processor
+/// reads ([`InvocationEvent`]).
+struct EventVisitor<const ALL: bool>;
+
+impl<'de, const ALL: bool> Visitor<'de> for EventVisitor<ALL> {
     type Value = KinesisEvent;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -76,7 +129,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         while let Some(field) = map.next_key_seed(Field(&["Records"]))? {
             match field {
                 Some(_) if records.is_some() => return Err(de::Error::duplicate_field("Records")),
-                Some(_) => records = Some(map.next_value_seed(Records)?),
+                Some(_) => records = Some(map.next_value_seed(Records::<ALL>)?),
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -89,9 +142,9 @@ impl<'de> Visitor<'de> for EventVisitor {
 }
 
 /// `Records`: every record read as it comes, an error in an earlier one first.
-struct Records;
+struct Records<const ALL: bool>;
 
-impl<'de> DeserializeSeed<'de> for Records {
+impl<'de, const ALL: bool> DeserializeSeed<'de> for Records<ALL> {
     type Value = Vec<KinesisEventRecord>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -99,7 +152,7 @@ impl<'de> DeserializeSeed<'de> for Records {
     }
 }
 
-impl<'de> Visitor<'de> for Records {
+impl<'de, const ALL: bool> Visitor<'de> for Records<ALL> {
     type Value = Vec<KinesisEventRecord>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,7 +161,7 @@ impl<'de> Visitor<'de> for Records {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut records = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(record) = seq.next_element_seed(RecordSeed)? {
+        while let Some(record) = seq.next_element_seed(RecordSeed::<ALL>)? {
             records.push(record);
         }
         Ok(records)
@@ -127,9 +180,12 @@ const RECORD_FIELDS: &[&str] = &[
     "kinesis",
 ];
 
-struct RecordSeed;
+/// The fields of a record `InvocationEvent` keeps: `eventID` and `eventSourceARN`.
+const RECORD_KEPT: [usize; 2] = [1, 4];
 
-impl<'de> DeserializeSeed<'de> for RecordSeed {
+struct RecordSeed<const ALL: bool>;
+
+impl<'de, const ALL: bool> DeserializeSeed<'de> for RecordSeed<ALL> {
     type Value = KinesisEventRecord;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -137,7 +193,7 @@ impl<'de> DeserializeSeed<'de> for RecordSeed {
     }
 }
 
-impl<'de> Visitor<'de> for RecordSeed {
+impl<'de, const ALL: bool> Visitor<'de> for RecordSeed<ALL> {
     type Value = KinesisEventRecord;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,8 +207,16 @@ impl<'de> Visitor<'de> for RecordSeed {
         while let Some(field) = map.next_key_seed(Field(RECORD_FIELDS))? {
             match field {
                 Some(7) if kinesis.is_some() => return Err(de::Error::duplicate_field("kinesis")),
-                Some(7) => kinesis = Some(map.next_value_seed(KinesisSeed)?),
-                Some(index) => once(&mut map, &mut strings[index], RECORD_FIELDS[index])?,
+                Some(7) => kinesis = Some(map.next_value_seed(KinesisSeed::<ALL>)?),
+                Some(index) if ALL || RECORD_KEPT.contains(&index) => {
+                    once(
+                        &mut map,
+                        &mut strings[index],
+                        RECORD_FIELDS[index],
+                        PhantomData,
+                    )?;
+                }
+                Some(index) => once(&mut map, &mut strings[index], RECORD_FIELDS[index], Unkept)?,
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -181,9 +245,9 @@ const KINESIS_FIELDS: &[&str] = &[
     "kinesisSchemaVersion",
 ];
 
-struct KinesisSeed;
+struct KinesisSeed<const ALL: bool>;
 
-impl<'de> DeserializeSeed<'de> for KinesisSeed {
+impl<'de, const ALL: bool> DeserializeSeed<'de> for KinesisSeed<ALL> {
     type Value = KinesisRecord;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -191,7 +255,7 @@ impl<'de> DeserializeSeed<'de> for KinesisSeed {
     }
 }
 
-impl<'de> Visitor<'de> for KinesisSeed {
+impl<'de, const ALL: bool> Visitor<'de> for KinesisSeed<ALL> {
     type Value = KinesisRecord;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -215,12 +279,19 @@ impl<'de> Visitor<'de> for KinesisSeed {
                     return Err(de::Error::duplicate_field(KINESIS_FIELDS[1]));
                 }
                 Some(1) => data = Some(map.next_value_seed(Payload)?),
-                Some(2) => once(&mut map, &mut encryption, KINESIS_FIELDS[2])?,
+                // An enumeration: read as `aws_lambda_events` reads it, with no allocation.
+                Some(2) => once(&mut map, &mut encryption, KINESIS_FIELDS[2], PhantomData)?,
                 // A `null` partition key is no key (`aws_lambda_events` refuses `null` for its
                 // `String` but reads a missing one as ""): see `Record::partition_key`.
-                Some(3) => once(&mut map, &mut partition_key, KINESIS_FIELDS[3])?,
-                Some(4) => once::<_, String>(&mut map, &mut sequence, KINESIS_FIELDS[4])?,
-                Some(5) => once(&mut map, &mut version, KINESIS_FIELDS[5])?,
+                Some(3) => once(&mut map, &mut partition_key, KINESIS_FIELDS[3], PhantomData)?,
+                Some(4) => once(
+                    &mut map,
+                    &mut sequence,
+                    KINESIS_FIELDS[4],
+                    PhantomData::<String>,
+                )?,
+                Some(5) if ALL => once(&mut map, &mut version, KINESIS_FIELDS[5], PhantomData)?,
+                Some(5) => once(&mut map, &mut version, KINESIS_FIELDS[5], Unkept)?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -254,7 +325,12 @@ impl<'de> DeserializeSeed<'de> for Payload {
     type Value = Base64Data;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(self)
+        // As bytes, not as text: `serde_json` then hands over the string's bytes unescaped but
+        // not checked as UTF-8, a pass over the whole payload that the decoder makes anyway,
+        // since a byte outside the base64 alphabet (every byte of a multibyte character among
+        // them) is refused there. The same texts are taken; a text that is not UTF-8, which
+        // Lambda never sends, is refused by the decoder instead of the parser.
+        deserializer.deserialize_bytes(self)
     }
 }
 
@@ -266,16 +342,21 @@ impl Visitor<'_> for Payload {
         f.write_str("a string")
     }
 
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+    fn visit_bytes<E: de::Error>(self, text: &[u8]) -> Result<Self::Value, E> {
         let mut data = Base64Data::default();
         data.0 = decode_base64(text).map_err(E::custom)?;
         Ok(data)
+    }
+
+    /// A deserializer that holds the text as a string (a `serde_json::Value`) gives it so.
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        self.visit_bytes(text.as_bytes())
     }
 }
 
 /// `text` decoded as `aws_lambda_events` decodes a payload (the `base64` crate's standard
 /// engine), by `base64-simd`.
-fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+fn decode_base64(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
     use base64::Engine;
     base64_simd::STANDARD
         .decode_to_vec(text)
@@ -324,106 +405,4 @@ fn arrival_micros(timestamp: &Value) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use base64::Engine;
-    use base64::engine::general_purpose::STANDARD;
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// What `aws_lambda_events` makes of a payload's text: its bytes, or its error's message.
-    fn as_aws_lambda_events_reads(text: &str) -> Result<Vec<u8>, String> {
-        STANDARD.decode(text).map_err(|error| error.to_string())
-    }
-
-    /// Texts near the edges of base64: each character of the alphabet and beyond it, padding
-    /// in and out of place, and the bits a canonical encoding leaves at zero.
-    fn near_base64() -> impl Strategy<Value = String> {
-        let encoded =
-            prop::collection::vec(any::<u8>(), 0..48).prop_map(|data| STANDARD.encode(data));
-        prop_oneof![
-            encoded.clone(),
-            "[A-Za-z0-9+/=]{0,24}",
-            "[A-Za-z0-9+/=_\\- \n\r\t.!\"é]{0,24}",
-            (
-                encoded,
-                any::<prop::sample::Index>(),
-                "[A-Za-z0-9+/=_\\- é]|"
-            )
-                .prop_map(|(text, at, with)| {
-                    let mut chars: Vec<char> = text.chars().collect();
-                    if chars.is_empty() {
-                        return with;
-                    }
-                    let at = at.index(chars.len());
-                    match with.chars().next() {
-                        Some(with) => chars[at] = with,
-                        None => {
-                            chars.truncate(at);
-                        }
-                    }
-                    chars.into_iter().collect()
-                }),
-        ]
-    }
-
-    proptest! {
-        #[test]
-        fn the_fast_decoder_takes_and_refuses_the_texts_aws_lambda_events_does(
-            text in near_base64()
-        ) {
-            let fast = base64_simd::STANDARD.decode_to_vec(&text).ok();
-            prop_assert_eq!(fast, as_aws_lambda_events_reads(&text).ok(), "{:?}", text);
-        }
-
-        #[test]
-        fn a_payload_reads_as_aws_lambda_events_reads_it_with_the_same_message(
-            text in near_base64()
-        ) {
-            let ours = decode_base64(&text).map_err(|error| error.to_string());
-            prop_assert_eq!(ours, as_aws_lambda_events_reads(&text), "{:?}", text);
-        }
-    }
-
-    #[test]
-    fn non_canonical_padding_and_trailing_bits_are_refused_as_aws_lambda_events_refuses_them() {
-        // "QQ==" is "A"; "QR==" sets bits a canonical encoding leaves at zero; "QQ", "QQ=",
-        // "aA" (what a lenient decoder takes, found by the property tests) and "QUJDRA=" lack
-        // padding; "QUJD=" has one too many; the rest put it where no text
-        // can end or continue.
-        for text in [
-            "QR==", "QQ", "QQ=", "aA", "QUJD=", "QUJDRA=", "Q===", "====", "QQ==QQ==",
-        ] {
-            assert!(as_aws_lambda_events_reads(text).is_err(), "{text}");
-            assert!(base64_simd::STANDARD.decode_to_vec(text).is_err(), "{text}");
-            assert_eq!(
-                decode_base64(text).map_err(|e| e.to_string()),
-                as_aws_lambda_events_reads(text),
-                "{text}"
-            );
-        }
-        assert_eq!(decode_base64("QQ==").unwrap(), b"A");
-        assert_eq!(decode_base64("").unwrap(), b"");
-    }
-
-    #[test]
-    fn a_payload_that_is_not_base64_fails_the_event_with_aws_lambda_events_message() {
-        let event = |data: &str| {
-            format!(
-                r#"{{"Records":[{{"kinesis":{{"sequenceNumber":"1","data":{data},
-                "approximateArrivalTimestamp":1}}}}]}}"#
-            )
-        };
-        for data in [r#""not base64!""#, r#""QUJD=""#, "null", "17", "[1,2]"] {
-            let ours = serde_json::from_str::<LambdaKinesisEvent>(&event(data)).map(|e| e.0);
-            let theirs = serde_json::from_str::<KinesisEvent>(&event(data));
-            assert_eq!(
-                ours.map_err(|e| e.to_string()),
-                theirs.map_err(|e| e.to_string()),
-                "{data}"
-            );
-        }
-        let LambdaKinesisEvent(event) = serde_json::from_str(&event(r#""aGk=""#)).unwrap();
-        assert_eq!(event.records[0].kinesis.data.0, b"hi");
-    }
-}
+mod tests;

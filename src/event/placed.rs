@@ -147,7 +147,7 @@ impl Payloads {
 
 /// A record's partition key and payload, taken from the event rather than copied or wrapped:
 /// no block is allocated for either (a `Bytes` made from a vector with spare capacity
-/// allocates a shared header; `LambdaKinesisEvent` decodes a payload into a vector of its
+/// allocates a shared header; `LambdaKinesisEvent` and `InvocationEvent` decode a payload into a vector of its
 /// exact length, but `aws_lambda_events`' decoder leaves two or three bytes spare, which
 /// shrinking gives back in place).
 pub(super) fn take_payload(kinesis: &mut KinesisRecord) -> (Box<str>, Bytes) {

@@ -33,7 +33,7 @@ pub use crate::engine::{
     DEFAULT_CLOCK_SKEW, DEFAULT_DEADLINE_MARGIN, DEFAULT_KEY_TTL, DEFAULT_LEASE_TTL,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DONE_ABOVE, Mode, UnknownMode,
 };
-use crate::event::{LambdaKinesisEvent, MalformedRecord};
+use crate::event::{InvocationEvent, MalformedRecord};
 use crate::gate::Gate;
 use crate::handler::Handler;
 use crate::metrics::{Meter, Metrics};
@@ -342,14 +342,14 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     pub fn service(
         self,
     ) -> impl Service<
-        LambdaEvent<LambdaKinesisEvent>,
+        LambdaEvent<InvocationEvent>,
         Response = KinesisEventResponse,
         Error = ProcessError,
         Future = impl Future<Output = Result<KinesisEventResponse, ProcessError>> + Send,
     > + Clone {
-        // The event is read as `LambdaKinesisEvent`: exact arrival times, and no timestamp
-        // that fails or panics the batch.
-        lambda_runtime::service_fn(move |event: LambdaEvent<LambdaKinesisEvent>| {
+        // The event is read as `InvocationEvent`: exact arrival times, no timestamp that fails
+        // or panics the batch, and no copy of a field the processor never reads.
+        lambda_runtime::service_fn(move |event: LambdaEvent<InvocationEvent>| {
             let processor = self.clone();
             async move { processor.process(event.payload.0, &event.context).await }
         })

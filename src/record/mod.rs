@@ -490,9 +490,11 @@ impl Record {
 
     /// When Kinesis accepted the record (`approximateArrivalTimestamp`), to the microsecond
     /// through [`Processor::service`](crate::Processor::service) (see
-    /// [`LambdaKinesisEvent`]). From a [`KinesisEvent`] deserialized directly, only whole
-    /// seconds are reliable: `aws_lambda_events` mis-reads the fraction.
+    /// [`InvocationEvent`]) or from a [`LambdaKinesisEvent`]. From a [`KinesisEvent`]
+    /// deserialized directly, only whole seconds are reliable: `aws_lambda_events` mis-reads
+    /// the fraction.
     ///
+    /// [`InvocationEvent`]: crate::event::InvocationEvent
     /// [`LambdaKinesisEvent`]: crate::event::LambdaKinesisEvent
     /// [`KinesisEvent`]: aws_lambda_events::event::kinesis::KinesisEvent
     ///

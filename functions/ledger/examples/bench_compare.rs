@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The timed part is what the function does with an invocation's body: the event read from its
-//! JSON bytes (as `lambda_runtime` does, into `LambdaKinesisEvent`), the batch processed, the
+//! JSON bytes (as `lambda_runtime` does, into `InvocationEvent`), the batch processed, the
 //! answer serialized. CPU time is the sum over the process's threads of the time each spent on
 //! a CPU (`/proc/self/task/*/schedstat`, nanoseconds), read around that part: the workspace
 //! forbids `unsafe`, so `getrusage` and `clock_gettime` are out of reach, and `/proc/self/stat`
@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use kinesis_checkpoint::event::LambdaKinesisEvent;
+use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{DynamoLeaseStore, Processor};
 use ledger::DynamoBook;
@@ -144,7 +144,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let cpu_before = cpu_ns()?;
         let started = Instant::now();
-        let event: LambdaKinesisEvent = serde_json::from_slice(body)?;
+        let event: InvocationEvent = serde_json::from_slice(body)?;
         let report = processor.process_batch(event.0, &context).await?;
         let answer = serde_json::to_vec(&report.response())?;
         let wall = started.elapsed();
