@@ -1,5 +1,6 @@
-//! Lambda's event read in one pass, from the bytes to [`KinesisEvent`]: the deserializer of
-//! [`LambdaKinesisEvent`].
+//! Lambda's event read in one pass, from the bytes to [`KinesisEvent`]: the deserializers of
+//! [`LambdaKinesisEvent`] (every field) and [`InvocationEvent`] (what the processor reads; the
+//! rest checked where it lies and not copied), one reading with a switch between the two.
 //!
 //! `aws_lambda_events`' own reading of a timestamp is wrong (see [`LambdaKinesisEvent`]), and
 //! the event used to be read twice to fix it: into a `serde_json::Value`, whose timestamps were
