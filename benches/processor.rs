@@ -40,7 +40,9 @@
 //! structure and how much the work it cannot leave out.
 //!
 //! And `duplicate/processor` (from the `KinesisEvent`) and `duplicate/processor_from_bytes`
-//! (from the bytes): a batch already checkpointed, every record skipped (a redelivery).
+//! (from the bytes): a batch already checkpointed, every record skipped (a redelivery). Beside
+//! them, `duplicate/runtime_reading`: the event's bytes read as `lambda_runtime` reads them for
+//! a payload type that reads nothing (see [`runtime_reading`]), the floor from the bytes.
 //!
 //! `make bench` runs it and `scripts/bench_summary.py` prints the ratios, the cost per record
 //! and, for each target of BENCHMARKS.md, met or missed, from criterion's estimates. With
@@ -467,8 +469,24 @@ fn duplicate_batch(c: &mut Criterion) {
                 BatchSize::LargeInput,
             );
         });
+        group.bench_function(BenchmarkId::new("runtime_reading", size), |b| {
+            b.iter_batched(
+                || body.clone(),
+                |body| runtime_reading(&body),
+                BatchSize::LargeInput,
+            );
+        });
     }
     group.finish();
+}
+
+/// What `lambda_runtime` takes to read an event for a function whose payload type reads
+/// nothing of it: `serde_json` only finding the end of each value (`IgnoredAny`), through
+/// `serde_path_to_error`, as the runtime reads every event. The least a function run by
+/// `lambda_runtime::run` pays per record before its handler starts, whatever it reads: the
+/// floor of the duplicate batch from the bytes, printed beside its verdict (not judged).
+fn runtime_reading(body: &[u8]) {
+    let serde::de::IgnoredAny = deserialize(body);
 }
 
 criterion_group!(
@@ -527,6 +545,8 @@ fn count(spec: &str) {
         let (event, body) = match (start, function) {
             ("batch", "processor") => (batches.next_event(), Vec::new()),
             ("bytes", "processor") => (event.clone(), batches.next_body()),
+            // Only the bytes: no event to free inside the count.
+            ("duplicate", "runtime_reading") => (KinesisEvent::default(), body.clone()),
             _ => (event.clone(), body.clone()),
         };
         let pad = black_box(vec![0_u8; heap_pad]);
@@ -572,6 +592,7 @@ fn count(spec: &str) {
             ("duplicate", "processor") => {
                 rt.block_on(duplicate.process(event, &context)).unwrap();
             }
+            ("duplicate", "runtime_reading") => runtime_reading(&body),
             ("duplicate", "processor_from_bytes") => {
                 let InvocationEvent(event) = deserialize(&body);
                 rt.block_on(duplicate.process(event, &context)).unwrap();

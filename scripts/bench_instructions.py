@@ -71,6 +71,7 @@ BENCHMARKS = (
     ("bytes_empty", "processor"),
     ("duplicate", "processor"),
     ("duplicate", "processor_from_bytes"),
+    ("duplicate", "runtime_reading"),
 )
 
 
@@ -187,7 +188,7 @@ def main() -> int:
                     print(f"{'':6} {'':7} {'':8}  {'':10}  {least[0]:10.0f}  {least[0] - bare[0]:6.0f}  {least[0] / bare[0]:6.2f}  {label}")
                     if args.cache:
                         print(f"{'':6} {'':7} {'':8}  {'':10}  {least[1]:10.1f}  {least[1] - bare[1]:6.1f}  {'':6}  D1 misses added, and {least[2]:.1f} LL ({least[2] - bare[2]:+.1f}), by the same")
-    for function in ("processor", "processor_from_bytes"):
+    for function in ("processor", "processor_from_bytes", "runtime_reading"):
         for size in sizes:
             figure = per_record.get(("duplicate", function, size))
             if figure is not None:
