@@ -1099,6 +1099,103 @@ async fn a_batch_turned_away_by_a_lingering_lease_and_given_up_on_is_recovered_b
     assert_eq!(seen.all(), [0, 1, 2, 3, 4, 5]);
 }
 
+/// The partition-key mode: a lane's batch turned away by a live lease on the shard (a seed-crate
+/// consumer's, or a child's invocation running this closed parent's tail) runs nothing and is
+/// reported at its first record; the mapping, with no retries, gives up on it. Its keys are
+/// marked there, as for a batch the gate holds, so the lane's next batch reads the range and
+/// runs those records first. Unmarked, that batch moved the keys' checkpoints past them (seed
+/// 7023668 of the invariant scenarios: a record neither processed nor dead-lettered).
+#[tokio::test]
+async fn in_the_partition_key_mode_a_batch_turned_away_by_a_live_shard_lease_and_given_up_on_is_recovered_by_the_next()
+ {
+    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    for n in 0..6_u64 {
+        stream.put(
+            &format!("customer-{}", n % 2),
+            serde_json::json!({ "n": n }).to_string(),
+        );
+    }
+    let store = Arc::new(MemoryLeaseStore::new());
+    let seen = Seen::default();
+    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
+        .maximum_retry_attempts(0);
+    let processor = Processor::by_partition_key(store.clone(), seen.handler(&[])).gate(gate);
+    let done = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 0..2),
+            &context("done", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.shards[0].stopped, None);
+    let key = LeaseKey::new("orders", SHARD);
+    assert!(
+        store
+            .acquire(&key, "seed", Duration::from_millis(300))
+            .await
+            .unwrap()
+    );
+    let turned_away = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 2..4),
+            &context("away", 60_000),
+        )
+        .await
+        .unwrap();
+    let first_away = stream.records(SHARD)[2].sequence.clone();
+    assert!(
+        matches!(
+            &turned_away.shards[0].stopped,
+            Some((at, StopReason::LeaseHeld { owner: Some(owner) }))
+                if at.as_str() == first_away && owner == "seed"
+        ),
+        "{turned_away:?}"
+    );
+    for customer in ["customer-0", "customer-1"] {
+        let row = CheckpointStore::read(
+            store.as_ref(),
+            &kinesis_checkpoint::store::row_key(&key, customer),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            row.reported.map(|mark| mark.to_string()),
+            Some(first_away.clone()),
+            "{customer}'s row marks where the lane was turned away"
+        );
+        assert_eq!(
+            row.checkpoint,
+            Some(
+                stream.records(SHARD)[usize::from(customer == "customer-1")]
+                    .sequence
+                    .clone()
+            ),
+            "{customer}'s checkpoint is where the first batch left it"
+        );
+    }
+    assert_eq!(seen.all(), [0, 1], "nothing of the batch turned away ran");
+    // The lease lapses; the mapping gave up on records 2 and 3, and the lane's next batch holds
+    // both keys' later records.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let next = processor
+        .process_batch(
+            memory_delivery(&stream, SHARD, 4..6),
+            &context("next", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.shards[0].stopped, None, "{next:?}");
+    assert!(
+        next.shards[0].gap.is_some(),
+        "the keys' marks prove the gap"
+    );
+    assert_eq!(
+        seen.all(),
+        [0, 1, 2, 3, 4, 5],
+        "the records turned away run first, once, in order"
+    );
+}
+
 /// A shard that merely lags (a slow handler, nothing failing) reports nothing, so when the
 /// mapping drops its oldest records for `MaximumRecordAgeInSeconds` no row remembers them. The
 /// batch that comes next starts with a record nearly as old as the limit: the processor, told

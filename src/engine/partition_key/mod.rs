@@ -56,7 +56,9 @@
 //!
 //! **A consumer of the whole shard** sharing the table (the seed crate's, keyed `stream:shard`):
 //! the shard's own row is read with the keys' rows; a live lease on it holds the batch (nothing
-//! runs, the first record is reported), and records at or below its checkpoint are done.
+//! runs, the first record is reported and the keys marked there, as for a batch the gate
+//! holds), and records at or below its checkpoint are done. A child's invocation running this
+//! closed parent's tail holds that lease too.
 //!
 //! **Cost**: with K distinct partition keys in a batch, ⌈(K + 1) / 100⌉ reads (the keys' rows
 //! and the shard's) and ⌈K / 100⌉ writes; a batch of 1,000 records over 100 keys costs 3. Keys
@@ -89,6 +91,7 @@
 //! [`CheckpointStore::read_rows`]: crate::store::CheckpointStore::read_rows
 //! [`CheckpointStore::commit_rows`]: crate::store::CheckpointStore::commit_rows
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::attempt::Runner;
@@ -115,7 +118,7 @@ use commits::{AgedPart, Batch};
 use finish::finish;
 use gaps::Found;
 use open::OpenMarks;
-use rows::{RowsUnread, read_keys, run_by_key};
+use rows::{KeyRow, RowsUnread, read_keys, run_by_key};
 
 /// Gate, read the keys' rows, recover what the lane skipped, dispatch, write the rows, report:
 /// one shard's records in the partition-key mode.
@@ -147,13 +150,8 @@ pub(crate) async fn run_shard<H: Handler>(
         });
     if let Some(held) = held {
         tracing::warn!(%held, "holding the shard back until its parents are finished");
-        // Marked at the batch's first record: a batch of the lane after the mapping gave up
-        // on this one finds what it skipped.
-        if let (Ok((keys, _, open)), Some(first)) = (read, entries.first()) {
-            marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
-            if let Some(mut open) = open {
-                open::open(settings, &mut open, first, invocation.now()).await;
-            }
+        if let Ok((keys, _, mut open)) = read {
+            mark_unrun(settings, &keys, open.as_mut(), &entries, invocation.now()).await;
         }
         return stop_all(report, &entries, StopReason::Held(held));
     }
@@ -179,6 +177,7 @@ pub(crate) async fn run_shard<H: Handler>(
                 "another consumer holds the shard's lease; processing nothing"
             );
             let owner = Some(owner.to_owned());
+            mark_unrun(settings, &keys, open.as_mut(), &entries, invocation.now()).await;
             return stop_all(report, &entries, StopReason::LeaseHeld { owner });
         }
         None => match shard_row.position() {
@@ -217,15 +216,8 @@ pub(crate) async fn run_shard<H: Handler>(
         Ok(found) => found,
         Err(unread) => {
             let (gap, reason) = *unread;
-            // Nothing runs and the batch is reported at its first record, as a held batch is:
-            // its keys are marked there, so that the lane's next batch finds what it skipped
-            // if the mapping gives up on this one (with no retries it delivers it only once).
-            if let Some(first) = entries.first() {
-                marks::mark_held(settings, &keys, &first.position(), invocation.now()).await;
-                if let Some(open) = &mut open {
-                    open::open(settings, open, first, invocation.now()).await;
-                }
-            }
+            // Nothing runs and the batch is reported at its first record, as a held batch is.
+            mark_unrun(settings, &keys, open.as_mut(), &entries, invocation.now()).await;
             let mut report = stop_all(report, &entries, reason);
             report.gap = Some(gap);
             return report;
@@ -381,6 +373,28 @@ pub(crate) async fn run_shard<H: Handler>(
     report.gap = gap;
     let cut = (unread.is_some()).then_some(recovered);
     finish(&runner, report, &entries, &run, refused, recovered, cut).await
+}
+
+/// Marks the batch's keys at its first record, and lists that record among the shard's open
+/// marks, for a batch of which nothing runs and which is reported there: held by the gate, by
+/// another consumer's live lease on the shard (the seed crate's, or a child's invocation running
+/// this closed parent's tail), or by a skipped range it could not read. A batch of the lane
+/// after the mapping gave up on this one (with no retries it delivers it only once) then finds
+/// what it skipped; unmarked, the lane's next batch moved its keys' checkpoints past it.
+async fn mark_unrun<H>(
+    settings: &Settings<H>,
+    keys: &HashMap<String, KeyRow>,
+    open: Option<&mut OpenMarks>,
+    entries: &[Entry],
+    now: u64,
+) {
+    let Some(first) = entries.first() else {
+        return;
+    };
+    marks::mark_held(settings, keys, &first.position(), now).await;
+    if let Some(open) = open {
+        open::open(settings, open, first, now).await;
+    }
 }
 
 /// Who holds the shard's lease, when it is live: a consumer of the whole shard sharing the
