@@ -42,7 +42,7 @@ LEDGER_TABLE ?= kinesis-checkpoint-ledger
 EVENT ?= events/batch.json
 STACK ?= kinesis-checkpoint
 
-.PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench bench-compare clean venv
+.PHONY: all demo soak status doctor test build deploy watch invoke validate lint publishable bench bench-json-readers bench-compare clean venv
 .PHONY: local-up local-down local-show
 
 all: build
@@ -160,6 +160,7 @@ publishable:
 CRITERION_ARGS ?= --warm-up-time 1 --measurement-time 3
 bench: $(VENV)/.installed
 	cargo bench --bench processor -- $(CRITERION_ARGS)
+	$(MAKE) bench-json-readers
 	$(VENV)/bin/python scripts/bench_summary.py
 	cargo test --test cost -- --nocapture a_steady_state_batch
 	cargo bench --bench memory
@@ -170,6 +171,14 @@ bench: $(VENV)/.installed
 	cargo bench --bench concurrency -- $(CRITERION_ARGS)
 	cargo bench --bench kpl -- $(CRITERION_ARGS)
 	$(MAKE) bench-compare
+
+# Other JSON readers of the processor bench's event, beside the floor of the duplicate batch from
+# the bytes (BENCHMARKS.md, section 1, twenty-second round). A workspace of its own, built apart,
+# so that nothing else compiles the readers; its figures land in the processor bench's directory,
+# where scripts/bench_summary.py prints them.
+bench-json-readers:
+	CRITERION_HOME=$(CURDIR)/target/criterion cargo bench --manifest-path benches/json_readers/Cargo.toml \
+	  --target-dir target/json-readers -- $(CRITERION_ARGS)
 
 # Section 7 of BENCHMARKS.md. One moto for both sides, started and stopped (by its PID) by the
 # script; the toolkit's driver is built with the release profile, as the processor benchmark is.

@@ -22,8 +22,10 @@ what the bench measured through the eighteenth round of BENCHMARKS.md, section 1
   beside it, not judged. From the `KinesisEvent`: the bare loop with the empty handler, which
   only moves each record out of the event and frees it, as whoever owns the event must. From
   the bytes: `duplicate/runtime_reading`, `lambda_runtime`'s reading of the event for a payload
-  type that reads nothing of it (`IgnoredAny`), what every function it runs pays before its
-  handler sees a field.
+  type that reads nothing of it (`IgnoredAny`), what every function `lambda_runtime::run` runs
+  pays before its handler sees a field. Under it, when `make bench-json-readers` ran into the
+  same directory: other JSON readers of the same event (`benches/json_readers`), which a
+  function could use on the bytes it took before the runtime reads them (`Runtime::layer`).
 
 Each target is judged from both starting points, and the last lines count what each met. The
 issue's item 1 names its hot path "from the event's bytes to dispatch": the `bytes_*` figures
@@ -67,6 +69,16 @@ BOUNDS = (
     ("least_in_passes", "the same in the processor's passes over the whole batch"),
     ("least_in_two_phases", "the same in two steps, positions first, then 64 at a time"),
     ("least_in_place", "the same in two passes over the event where it lies, no block"),
+)
+# Beside the floor from the bytes, not judged: other readers of the same event, from
+# `benches/json_readers` (a workspace of its own; `make bench-json-readers`).
+JSON_READERS = (
+    ("serde_json_ignored", "serde_json, the event read into nothing, without the runtime"),
+    ("serde_json_positions", "serde_json, each record's eventID and sequence number only"),
+    ("sonic_rs_ignored", "sonic-rs, the event read into nothing"),
+    ("sonic_rs_positions", "sonic-rs, each record's eventID and sequence number only"),
+    ("simd_json_positions", "simd-json, the same (parsed in place, the copy not timed)"),
+    ("memchr_quotes", "no reader: the quote characters alone found (memchr)"),
 )
 STARTS = (("batch", "from the KinesisEvent"), ("bytes", "from the event's bytes"))
 # The duplicate batch's benchmark for each starting point.
@@ -211,6 +223,14 @@ def main() -> None:
         if all(ns is not None for ns in floor.values()):
             floors = " / ".join(f"{floor[s] / s:.0f}" for s in SIZES)
             print(f"  {'':<12} the floor, {what}: {floors} ns per record")
+        if start == "bytes":
+            # The bytes taken before the runtime reads them, read by another reader
+            # (`make bench-json-readers`, into the same directory).
+            for reader, what in JSON_READERS:
+                times = [median_ns(root, "json_readers", reader, s) for s in SIZES]
+                if all(ns is not None for ns in times):
+                    figures = " / ".join(f"{ns / s:.0f}" for s, ns in zip(SIZES, times))
+                    print(f"  {'':<12} {what}: {figures} ns per record")
 
     print()
     for start, label in STARTS:

@@ -1,0 +1,172 @@
+//! How fast the JSON readers of the Rust ecosystem read the processor bench's event: the floor
+//! under a fully duplicate batch from the event's bytes, whichever reader a function used.
+//!
+//! A processor that skips a redelivered batch must still find each record's shard and
+//! sequence number in the event's JSON, so no reader can skip a record faster than it finds
+//! the end of every value before the next record, the 1.4 KB base64 payload among them. The
+//! processor bench (`benches/processor.rs`, `duplicate/runtime_reading`) measures that floor
+//! for `serde_json` as `lambda_runtime` runs it. A function could take the body's bytes before
+//! the runtime reads them (a `lambda_runtime::Runtime::layer` sees them) and read them with
+//! another reader; this bench measures those readers on the same event, each twice:
+//! - `*_ignored`: the whole event read into `serde::de::IgnoredAny`, nothing kept;
+//! - `*_positions`: each record's `eventID` (its shard) and sequence number, borrowed from the
+//!   bytes, all else skipped: the least a duplicate check reads.
+//!
+//! `simd-json` parses in place, each time a copy of the body made outside the timed part. `memchr_quotes`
+//! is not a reader: it only counts the quote characters, a bound on finding the strings'
+//! ends, beside the readers.
+//!
+//! Run with `make bench-json-readers` (BENCHMARKS.md, section 1, twenty-second round).
+
+use std::hint::black_box;
+
+use base64::Engine;
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde::Deserialize;
+
+const SIZES: [u64; 3] = [100, 1_000, 10_000];
+const PAYLOAD_BYTES: usize = 1_024;
+/// As in `benches/processor.rs`: Kinesis' 56-digit sequence numbers.
+const SEQUENCE_PREFIX: &str = "4965613927021873511896241617838653987429043548461";
+
+/// The processor bench's event (`benches/processor.rs`, `body`): `count` records of one shard,
+/// each a JSON order of exactly 1 KB.
+fn body(count: u64) -> Vec<u8> {
+    let records: Vec<serde_json::Value> = (0..count)
+        .map(|n| {
+            let sequence = format!("{SEQUENCE_PREFIX}{n:07}");
+            let head = format!(
+                r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
+                n % 997
+            );
+            let note = "x".repeat(PAYLOAD_BYTES - head.len() - 2);
+            let payload = format!(r#"{head}{note}"}}"#);
+            assert_eq!(payload.len(), PAYLOAD_BYTES);
+            serde_json::json!({
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": format!("order-{}", n % 64),
+                    "sequenceNumber": sequence,
+                    "data": base64::engine::general_purpose::STANDARD.encode(payload),
+                    "approximateArrivalTimestamp": 1_764_512_345.5,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": format!("shardId-000000000000:{sequence}"),
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "Records": records })).expect("serializable")
+}
+
+/// What a duplicate check reads of an event: each record's shard and sequence number.
+#[derive(Deserialize)]
+struct Positions<'a> {
+    #[serde(rename = "Records", borrow)]
+    records: Vec<Position<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Position<'a> {
+    #[serde(rename = "eventID", borrow)]
+    event_id: &'a str,
+    #[serde(borrow)]
+    kinesis: Sequence<'a>,
+}
+
+#[derive(Deserialize)]
+struct Sequence<'a> {
+    #[serde(rename = "sequenceNumber")]
+    sequence_number: &'a str,
+}
+
+impl Positions<'_> {
+    /// Something of every record's position, so that none of it is left unread.
+    fn checksum(&self) -> usize {
+        self.records
+            .iter()
+            .map(|record| record.event_id.len() + record.kinesis.sequence_number.len())
+            .sum()
+    }
+}
+
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// Times `read` over `body`; a reader that keeps the positions is first checked, once and
+/// outside the timed part, to read them all.
+fn bench(
+    group: &mut Group,
+    name: &str,
+    size: u64,
+    body: &[u8],
+    expected: usize,
+    read: impl Fn(&[u8]) -> usize,
+) {
+    if name.ends_with("_positions") {
+        assert_eq!(read(body), expected, "{name} read other positions");
+    }
+    group.bench_with_input(BenchmarkId::new(name, size), body, |b, body| {
+        b.iter(|| read(black_box(body)));
+    });
+}
+
+fn readers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("json_readers");
+    for size in SIZES {
+        let body = body(size);
+        let expected = Positions::checksum(&serde_json::from_slice(&body).expect("an event"));
+        group.throughput(Throughput::Elements(size));
+        let group = &mut group;
+        bench(group, "serde_json_ignored", size, &body, expected, |body| {
+            let serde::de::IgnoredAny = serde_json::from_slice(body).expect("an event");
+            0
+        });
+        bench(
+            group,
+            "serde_json_positions",
+            size,
+            &body,
+            expected,
+            |body| {
+                let read: Positions = serde_json::from_slice(body).expect("an event");
+                read.checksum()
+            },
+        );
+        bench(group, "sonic_rs_ignored", size, &body, expected, |body| {
+            let serde::de::IgnoredAny = sonic_rs::from_slice(body).expect("an event");
+            0
+        });
+        bench(group, "sonic_rs_positions", size, &body, expected, |body| {
+            let read: Positions = sonic_rs::from_slice(body).expect("an event");
+            read.checksum()
+        });
+        // `simd-json` reads in place, writing into the bytes it reads: each iteration is given
+        // a fresh copy, made outside the timed part (as a function holding the body alone could
+        // hand it over without one). Its working buffers are kept from one iteration to the
+        // next, as a function would keep them from one invocation to the next: allocated anew
+        // for each call, they took most of its time at 1,000 records and more.
+        let mut buffers = simd_json::Buffers::new(body.len());
+        let mut simd_json = |copy: &mut Vec<u8>| {
+            let read: Positions =
+                simd_json::serde::from_slice_with_buffers(copy, &mut buffers).expect("an event");
+            read.checksum()
+        };
+        assert_eq!(simd_json(&mut body.clone()), expected);
+        group.bench_with_input(
+            BenchmarkId::new("simd_json_positions", size),
+            &body,
+            |b, body| b.iter_batched_ref(|| body.clone(), &mut simd_json, BatchSize::LargeInput),
+        );
+        bench(group, "memchr_quotes", size, &body, expected, |body| {
+            memchr::memchr_iter(b'"', body).count()
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, readers);
+criterion_main!(benches);
