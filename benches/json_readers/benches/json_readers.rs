@@ -7,14 +7,17 @@
 //! processor bench (`benches/processor.rs`, `duplicate/runtime_reading`) measures that floor
 //! for `serde_json` as `lambda_runtime` runs it. A function could take the body's bytes before
 //! the runtime reads them (a `lambda_runtime::Runtime::layer` sees them) and read them with
-//! another reader; this bench measures those readers on the same event, each twice:
+//! another reader; this bench measures those readers on the same event:
 //! - `*_ignored`: the whole event read into `serde::de::IgnoredAny`, nothing kept;
 //! - `*_positions`: each record's `eventID` (its shard) and sequence number, borrowed from the
-//!   bytes, all else skipped: the least a duplicate check reads.
+//!   bytes, all else skipped: the least a duplicate check reads. Each reader of them is first
+//!   checked to read every record's.
 //!
-//! `simd-json` parses in place, each time a copy of the body made outside the timed part. `memchr_quotes`
-//! is not a reader: it only counts the quote characters, a bound on finding the strings'
-//! ends, beside the readers.
+//! `simd-json` parses in place (into the positions only): each iteration gets a copy of the
+//! body made outside the timed part. `memchr_quotes` is no reader: it only counts the quote
+//! characters, a bound on finding where the strings end, beside the readers. Built as
+//! `cargo lambda` builds a function, for the architecture's generic CPU; BENCHMARKS.md gives
+//! the figures built with `-C target-cpu=native` too.
 //!
 //! Run with `make bench-json-readers` (BENCHMARKS.md, section 1, twenty-second round).
 
