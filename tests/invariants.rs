@@ -53,6 +53,11 @@
 //!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
 //!   aggregate the toolkit stopped in and sometimes stopping inside one itself
 //!   (`seed_consumer.rs`);
+//! - a consumer of the whole shard holding its lease (30 % of the partition-key scenarios):
+//!   before an invocation, now and then, it takes the shard's lease for 20 to 200 ms and does
+//!   nothing; the mode turns the shard's batches away meanwhile, and with finite retries the
+//!   mapping gives up on some, which the lane's next batch must find by their keys' marks
+//!   (`holder.rs`);
 //! - clock skew (30 % of shard-mode scenarios): each invocation's clock off by up to ±1 s, the
 //!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
 //!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
@@ -104,6 +109,8 @@
 
 mod common;
 // Not in `common`: the function crates that share it build no KPL encoder.
+#[path = "invariants/holder.rs"]
+mod holder;
 #[path = "common/kpl.rs"]
 mod kpl_encoder;
 #[path = "invariants/letters.rs"]
@@ -232,6 +239,8 @@ struct Journal {
     key_tails: u64,
     /// Shards a seed-crate consumer took over.
     takeovers: u64,
+    /// Shard leases a consumer of the whole shard held, doing nothing (`holder.rs`).
+    holds: u64,
     /// Invocations frozen past their stored lease while a rival ran their batch.
     pauses: u64,
     /// A seed consumer took a shard over that the toolkit had stopped inside an aggregate.
@@ -308,6 +317,9 @@ struct Harness {
     read_cap: Option<usize>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
     seed_consumer: Option<Arc<seed_consumer::Knowledge>>,
+    /// A consumer of the whole shard holds its lease now and then, between invocations, in
+    /// the partition-key mode (`holder.rs`).
+    lease_holder: bool,
     /// Each invocation's clock is off by up to this much (milliseconds): the processor's
     /// `clock_skew` margin, which caps at a third of the lease's TTL.
     skew_ms: u64,
@@ -379,6 +391,15 @@ impl Function for Harness {
                     .split_once(':')
                     .map(|(shard, _)| shard.to_owned())
             });
+            let hold = self.lease_holder.then(|| {
+                let mut rng = self.rng.lock().unwrap();
+                rng.chance(0.15)
+                    .then(|| Duration::from_millis(rng.within(20..200)))
+            });
+            if let (Some(Some(ttl)), Some(shard)) = (hold, event_shard.as_deref()) {
+                let owner = format!("holder-{invocation}");
+                holder::hold(self.seed.as_ref(), &self.shared, (shard, &owner), ttl).await;
+            }
             if let Some(knowledge) = &self.seed_consumer {
                 let (records, stop_inside) = {
                     let mut rng = self.rng.lock().unwrap();
@@ -745,6 +766,9 @@ struct Scenario {
     /// A seed-crate consumer shares the table (shard mode, one record at a time: it knows
     /// nothing of the records done above a checkpoint under per-key concurrency).
     seed_consumer: bool,
+    /// In the partition-key mode, a consumer of the whole shard holds the shard's lease now
+    /// and then, doing nothing (`holder.rs`).
+    lease_holder: bool,
     /// How far apart the invocations' clocks may be (milliseconds; 0: in step).
     skew_ms: u64,
     /// Skewed invocations may freeze past their stored lease while a rival takes the batch.
@@ -830,6 +854,8 @@ impl Scenario {
             && in_flight == 1
             && !seed_methods_only
             && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25);
+        // Drawn apart, so that every other setting of a seed stays as it was.
+        let lease_holder = partition_keys && Rng::new(seed ^ 0x0401_DE25).chance(0.3);
         Self {
             seed,
             shards: rng.within(1..4) as usize,
@@ -884,6 +910,7 @@ impl Scenario {
             },
             pauses,
             seed_consumer,
+            lease_holder,
             letters: Letters::draw(seed),
             // Drawn apart, so that every other setting of a seed stays as it was.
             chunked: Rng::new(seed ^ 0xC4_0C4E).chance(0.5),
@@ -1228,6 +1255,7 @@ struct Counts {
     /// Of them, in the partition-key mode.
     key_tails: u64,
     takeovers: u64,
+    holds: u64,
     pauses: u64,
     handoffs: [u64; 2],
     faults: [u64; 4],
@@ -1367,6 +1395,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         pauses: scenario.pauses,
         chunked: scenario.chunked,
         cheap_lag_ms: scenario.cheap_lag_ms,
+        lease_holder: scenario.lease_holder,
         seed_consumer: scenario.seed_consumer.then(|| {
             Arc::new(seed_consumer::Knowledge {
                 aggregates: written
@@ -1420,6 +1449,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         tails: journal.tails,
         key_tails: journal.key_tails,
         takeovers: journal.takeovers,
+        holds: journal.holds,
         pauses: journal.pauses,
         handoffs: [
             journal.handoffs_into_aggregate,
@@ -1751,6 +1781,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.tails += counts.tails;
                 totals.key_tails += counts.key_tails;
                 totals.takeovers += counts.takeovers;
+                totals.holds += counts.holds;
                 totals.pauses += counts.pauses;
                 totals.handoffs[0] += counts.handoffs[0];
                 totals.handoffs[1] += counts.handoffs[1];
@@ -1786,7 +1817,7 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery, {} of closed parents' tails run by a child's invocation ({} in the partition-key mode); a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch",
+        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery, {} of closed parents' tails run by a child's invocation ({} in the partition-key mode); a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit); {} invocations froze past their stored lease while a rival ran their batch; a consumer of the whole shard held its lease {} times in the partition-key mode",
         totals.discarded,
         totals.aged_out,
         totals.recovered,
@@ -1795,11 +1826,16 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         totals.takeovers,
         totals.handoffs[0],
         totals.handoffs[1],
-        totals.pauses
+        totals.pauses,
+        totals.holds
     );
     assert!(
         count < 100 || totals.deaths > 0,
         "no death was injected: the death injection is not working"
+    );
+    assert!(
+        count < 1_000 || totals.holds > 0,
+        "no shard lease was held in the partition-key mode: the lease-holder family is not drawn"
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
 }
