@@ -3245,6 +3245,53 @@ async fn in_the_partition_key_mode_a_range_read_in_parts_for_the_batchs_age_does
     assert_eq!(b, [0, 2, 3, 4, 6], "b's, once each, in order");
 }
 
+/// A range read only for the batch's age finds records of a key that is neither the batch's
+/// nor its lane's: the key is marked at its first record not done there, so that its next
+/// batch, young, proves the range and runs them first. The reading of that key's row is
+/// refused once (a throttle refuses one request) and read again: unread, the key went unmarked,
+/// and its records were lost (seed 7219311 of the invariant scenarios).
+#[tokio::test(start_paused = true)]
+async fn in_the_partition_key_mode_a_key_found_in_a_range_read_for_the_batchs_age_is_marked_when_the_reading_of_its_row_is_refused_once()
+ {
+    let keys = ["s", "a", "s", "a"];
+    let (stream, store, seen, processor) = aged_parts_setup(&keys, &[]);
+    // The mapping dropped s0, a1 and s2 for their age; a's batch a3 is nearly as old.
+    tokio::time::sleep(Duration::from_secs(58)).await;
+    store
+        .layer()
+        .key_reads_fail
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    deliver_until_run(&processor, &memory_pick(&stream, SHARD, &[3]), 4, &seen).await;
+    assert_eq!(
+        seen.all(),
+        [1, 3],
+        "a's records, the lane's, once each, in order"
+    );
+    assert_eq!(
+        store
+            .layer()
+            .key_reads_fail
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the reading of s's row was refused once"
+    );
+    let s = CheckpointStore::read(
+        store.as_ref(),
+        &kinesis_checkpoint::store::row_key(&LeaseKey::new("orders", SHARD), "s"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.reported.map(|mark| mark.to_string()),
+        Some(stream.records(SHARD)[0].sequence.clone()),
+        "s is marked at its first record not done"
+    );
+    // s's next record comes, young: its mark proves the range, and s0 and s2 run first.
+    stream.put("s", serde_json::json!({ "n": 4 }).to_string());
+    deliver_until_run(&processor, &memory_pick(&stream, SHARD, &[4]), 4, &seen).await;
+    assert_eq!(seen.all(), [1, 3, 0, 2, 4], "s's, once each, in order");
+}
+
 /// A parent of eight records (a customer's and a supplier's in turn) on a clock, split, its
 /// first batch of two done and the rest given up on by the mapping; a fresh partition-key
 /// processor per process (`fresh`), its gate told the record age and reading two records a part.

@@ -470,6 +470,24 @@ pub trait CheckpointStore: Send + Sync + 'static {
     fn requests(&self) -> Option<u64>;
 }
 
+/// [`CheckpointStore::read_rows`], read again once after a failure (a throttle refuses one
+/// request). The partition-key mode reads rows before it runs or marks anything: a reading
+/// that fails leaves a batch unrun or a key unmarked, and when the mapping then gives up on the
+/// batch, nothing says what it skipped. `rows` names what is read, for the log.
+pub(crate) async fn read_rows_again_once(
+    store: &dyn CheckpointStore,
+    keys: &[LeaseKey],
+    rows: &str,
+) -> Result<Vec<LeaseState>, LeaseError> {
+    match store.read_rows(keys).await {
+        Err(error) => {
+            tracing::warn!(%error, rows, "could not read the rows; reading them again");
+            store.read_rows(keys).await
+        }
+        answer => answer,
+    }
+}
+
 /// [`CheckpointStore::commit`], written again once after a failure (a throttle refuses one
 /// request). The last write of an invocation also releases the lease: one that fails leaves
 /// the lease taken for its whole TTL, and every delivery of the shard meanwhile (a held child's

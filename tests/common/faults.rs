@@ -30,6 +30,7 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             lose_commit_answer: AtomicBool::new(false),
             throttle_next_commit: AtomicBool::new(false),
             lane_reads_fail: AtomicUsize::new(0),
+            key_reads_fail: AtomicUsize::new(0),
             reads_fail: AtomicUsize::new(0),
             marks_fail: AtomicUsize::new(0),
             transact_fails: AtomicBool::new(false),
@@ -62,6 +63,10 @@ pub struct Faults<S> {
     /// The next this many readings of rows that include a lane's row (`…#lane:…`, the
     /// partition-key mode's) are refused as a throttled store's would be.
     pub lane_reads_fail: AtomicUsize,
+    /// The next this many readings of partition keys' rows alone (neither the shard's own row
+    /// nor a `#` row among them: the rows of a skipped range's other keys, read after the
+    /// batch's) are refused as a throttled store's would be.
+    pub key_reads_fail: AtomicUsize,
     /// The next this many readings of one row are refused as a throttled store's would be.
     pub reads_fail: AtomicUsize,
     /// The next this many `contended` marks are refused as a throttled store's would be.
@@ -138,6 +143,15 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             Operation::ReadRows
                 if call.keys().iter().any(|key| key.shard().contains("#lane:"))
                     && take(&self.lane_reads_fail) =>
+            {
+                return throttled();
+            }
+            Operation::ReadRows
+                if call
+                    .keys()
+                    .iter()
+                    .all(|key| key.shard().contains(':') && !key.shard().contains('#'))
+                    && take(&self.key_reads_fail) =>
             {
                 return throttled();
             }

@@ -8,7 +8,7 @@ use crate::engine::keyed::{self, Limits};
 use crate::handler::Handler;
 use crate::key::{LeaseKey, row_key};
 use crate::sequence::Position;
-use crate::store::{CheckpointStore, LeaseError, LeaseState};
+use crate::store::{CheckpointStore, LeaseError, LeaseState, read_rows_again_once};
 
 /// A partition key's row as read.
 pub(super) struct KeyRow {
@@ -53,15 +53,10 @@ pub(super) async fn read_keys(
     rows.push(key.clone());
     let asks_open = open.is_some();
     rows.extend(open);
-    // Read again once after a failure (a throttle refuses one request): a batch that runs
-    // nothing leaves no mark, and the mapping may give up on it.
-    let mut states = match store.read_rows(&rows).await {
-        Ok(states) => states,
-        Err(error) => {
-            tracing::warn!(%error, "could not read the partition keys' rows; reading them again");
-            store.read_rows(&rows).await.map_err(RowsUnread::Store)?
-        }
-    };
+    // A batch that runs nothing leaves no mark, and the mapping may give up on it.
+    let mut states = read_rows_again_once(store, &rows, "the partition keys'")
+        .await
+        .map_err(RowsUnread::Store)?;
     let open = asks_open.then(|| {
         rows.pop();
         states.pop().unwrap_or_default()
