@@ -837,8 +837,8 @@ impl Scenario {
         // the next part starts. (A part's last record read is where the next one starts: a part
         // of 1 would never move on.) With a record age too: in the key mode the range is then
         // widened to the keys' checkpoints, or read for the batch's age alone, and a closed
-        // parent's tail found by the held shard's oldest record. Still open (README): 3 of
-        // seeds 10,001 to 50,000 fail so (none of the first 10,000).
+        // parent's tail found by the held shard's oldest record. (Seeds 10,001 to 50,000, three
+        // of which once failed so, all pass.)
         let mut parts_rng = Rng::new(seed ^ 0x9A27_5EAD);
         let read_cap = (discards && parts_rng.chance(0.5)).then(|| parts_rng.within(2..5) as usize);
         let chaotic = rng.chance(0.5);
