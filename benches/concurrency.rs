@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
-use base64::Engine;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::{Value, json};
+
+#[path = "support/kinesis_event.rs"]
+mod kinesis_event;
 
 const RECORDS: u64 = 1_000;
 const KEYS: u64 = 100;
@@ -25,26 +27,11 @@ const KEYS: u64 = 100;
 fn event() -> KinesisEvent {
     let records: Vec<Value> = (0..RECORDS)
         .map(|n| {
-            let sequence = format!("4965613927021873511896241617838653987429043548461{n:07}");
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": format!("customer-{}", n % KEYS),
-                    "sequenceNumber": sequence,
-                    "data": base64::engine::general_purpose::STANDARD.encode(json!({"n": n}).to_string()),
-                    "approximateArrivalTimestamp": 1_764_512_345.5,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("shardId-000000000000:{sequence}"),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
-            })
+            let data = json!({ "n": n }).to_string();
+            kinesis_event::record(n, &format!("customer-{}", n % KEYS), data.as_bytes())
         })
         .collect();
-    serde_json::from_value(json!({ "Records": records })).expect("a Lambda-shaped event")
+    serde_json::from_value(kinesis_event::event(&records)).expect("a Lambda-shaped event")
 }
 
 async fn wait_5ms(_: Record) -> Outcome {

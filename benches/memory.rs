@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use base64::Engine;
 use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+#[path = "support/kinesis_event.rs"]
+mod kinesis_event;
 
 /// Lambda's payload limit for a synchronous invocation, which the event source mapping uses.
 const LAMBDA_PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
@@ -59,33 +61,17 @@ const SHAPES: [Shape; 3] = [
 ];
 
 fn record(n: u64, payload: usize) -> Value {
-    let sequence = format!("4965613927021873511896241617838653987429043548461{n:07}");
     let data: Vec<u8> = (0..=u8::MAX)
         .cycle()
         .skip(usize::try_from(n % 256).unwrap())
         .take(payload)
         .collect();
-    json!({
-        "kinesis": {
-            "kinesisSchemaVersion": "1.0",
-            "partitionKey": format!("order-{}", n % 64),
-            "sequenceNumber": sequence,
-            "data": base64::engine::general_purpose::STANDARD.encode(data),
-            "approximateArrivalTimestamp": 1_764_512_345.5,
-        },
-        "eventSource": "aws:kinesis",
-        "eventVersion": "1.0",
-        "eventID": format!("shardId-000000000000:{sequence}"),
-        "eventName": "aws:kinesis:record",
-        "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
-        "awsRegion": "us-east-1",
-        "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
-    })
+    kinesis_event::record(n, &format!("order-{}", n % 64), &data)
 }
 
 fn body(records: u64, payload: usize) -> Vec<u8> {
     let records: Vec<Value> = (0..records).map(|n| record(n, payload)).collect();
-    serde_json::to_vec(&json!({ "Records": records })).unwrap()
+    serde_json::to_vec(&kinesis_event::event(&records)).unwrap()
 }
 
 /// The event JSON of `shape`: the largest payload per record that keeps it within Lambda's

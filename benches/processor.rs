@@ -56,18 +56,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
 use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{Handler, MemoryLeaseStore, Outcome, Processor, Record, SequenceNumber};
-use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
 #[path = "processor/bounds.rs"]
 mod bounds;
+#[path = "support/kinesis_event.rs"]
+mod kinesis_event;
 
 use bounds::{CHUNK, least_in_passes, least_in_place, least_in_two_phases, least_processor};
+use kinesis_event::SEQUENCE_PREFIX;
 
 const SIZES: [u64; 3] = [100, 1_000, 10_000];
 const PAYLOAD_BYTES: usize = 1_024;
@@ -75,35 +76,7 @@ const PAYLOAD_BYTES: usize = 1_024;
 /// The JSON bytes of an event of `count` records of one shard, each a JSON order of exactly
 /// 1 KB, with Kinesis' 56-digit sequence numbers.
 fn body(count: u64) -> Vec<u8> {
-    let records: Vec<Value> = (0..count)
-        .map(|n| {
-            let sequence = format!("{SEQUENCE_PREFIX}{n:07}");
-            let head = format!(
-                r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
-                n % 997
-            );
-            let note = "x".repeat(PAYLOAD_BYTES - head.len() - 2);
-            let payload = format!(r#"{head}{note}"}}"#);
-            assert_eq!(payload.len(), PAYLOAD_BYTES);
-            json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": format!("order-{}", n % 64),
-                    "sequenceNumber": sequence,
-                    "data": base64::engine::general_purpose::STANDARD.encode(payload),
-                    "approximateArrivalTimestamp": 1_764_512_345.5,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("shardId-000000000000:{sequence}"),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
-            })
-        })
-        .collect();
-    serde_json::to_vec(&json!({ "Records": records })).expect("serializable")
+    kinesis_event::orders(count, PAYLOAD_BYTES)
 }
 
 /// Reads `body` as `lambda_runtime` reads an invocation's payload.
@@ -183,9 +156,6 @@ fn fresh_processor(code: fn(&[u8]) -> Outcome) -> Processor<impl Handler> {
         move |record: Record| async move { code(record.data()) },
     )
 }
-
-/// The first digits every sequence number of [`body`] shares.
-const SEQUENCE_PREFIX: &str = "4965613927021873511896241617838653987429043548461";
 
 /// Where in a sequence number [`Batches`] writes its round: the last 14 digits of
 /// [`SEQUENCE_PREFIX`], above each record's own 7.

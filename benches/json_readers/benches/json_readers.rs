@@ -23,47 +23,19 @@
 
 use std::hint::black_box;
 
-use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde::Deserialize;
 
 const SIZES: [u64; 3] = [100, 1_000, 10_000];
 const PAYLOAD_BYTES: usize = 1_024;
-/// As in `benches/processor.rs`: Kinesis' 56-digit sequence numbers.
-const SEQUENCE_PREFIX: &str = "4965613927021873511896241617838653987429043548461";
+
+#[path = "../../support/kinesis_event.rs"]
+mod kinesis_event;
 
 /// The processor bench's event (`benches/processor.rs`, `body`): `count` records of one shard,
 /// each a JSON order of exactly 1 KB.
 fn body(count: u64) -> Vec<u8> {
-    let records: Vec<serde_json::Value> = (0..count)
-        .map(|n| {
-            let sequence = format!("{SEQUENCE_PREFIX}{n:07}");
-            let head = format!(
-                r#"{{"order_id":"order-{n}","amount_cents":{},"note":""#,
-                n % 997
-            );
-            let note = "x".repeat(PAYLOAD_BYTES - head.len() - 2);
-            let payload = format!(r#"{head}{note}"}}"#);
-            assert_eq!(payload.len(), PAYLOAD_BYTES);
-            serde_json::json!({
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": format!("order-{}", n % 64),
-                    "sequenceNumber": sequence,
-                    "data": base64::engine::general_purpose::STANDARD.encode(payload),
-                    "approximateArrivalTimestamp": 1_764_512_345.5,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": format!("shardId-000000000000:{sequence}"),
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/bench",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:kinesis:us-east-1:123456789012:stream/orders",
-            })
-        })
-        .collect();
-    serde_json::to_vec(&serde_json::json!({ "Records": records })).expect("serializable")
+    kinesis_event::orders(count, PAYLOAD_BYTES)
 }
 
 /// What a duplicate check reads of an event: each record's shard and sequence number.
