@@ -1120,37 +1120,16 @@ async fn in_the_partition_key_mode_a_batch_turned_away_by_a_live_shard_lease_and
     let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
         .maximum_retry_attempts(0);
     let processor = Processor::by_partition_key(store.clone(), seen.handler(&[])).gate(gate);
-    let done = processor
-        .process_batch(
-            memory_delivery(&stream, SHARD, 0..2),
-            &context("done", 60_000),
-        )
-        .await
-        .unwrap();
-    assert_eq!(done.shards[0].stopped, None);
+    done_then_turned_away(
+        store.as_ref(),
+        &processor,
+        &stream,
+        2..4,
+        Duration::from_millis(300),
+    )
+    .await;
     let key = LeaseKey::new("orders", SHARD);
-    assert!(
-        store
-            .acquire(&key, "seed", Duration::from_millis(300))
-            .await
-            .unwrap()
-    );
-    let turned_away = processor
-        .process_batch(
-            memory_delivery(&stream, SHARD, 2..4),
-            &context("away", 60_000),
-        )
-        .await
-        .unwrap();
     let first_away = stream.records(SHARD)[2].sequence.clone();
-    assert!(
-        matches!(
-            &turned_away.shards[0].stopped,
-            Some((at, StopReason::LeaseHeld { owner: Some(owner) }))
-                if at.as_str() == first_away && owner == "seed"
-        ),
-        "{turned_away:?}"
-    );
     for customer in ["customer-0", "customer-1"] {
         let row = CheckpointStore::read(
             store.as_ref(),
@@ -1497,7 +1476,14 @@ async fn a_batch_turned_away_after_a_seed_consumer_passed_the_contended_mark_kee
     let key = LeaseKey::new("orders", SHARD);
     let records = stream.records(SHARD);
     // A seed consumer takes the shard; the mapping's batch of 2 to 4 is turned away.
-    done_then_turned_away(store.as_ref(), &processor, &stream, 2..5).await;
+    done_then_turned_away(
+        store.as_ref(),
+        &processor,
+        &stream,
+        2..5,
+        Duration::from_secs(30),
+    )
+    .await;
     // The seed consumer runs record 2 and checkpoints it, past the mark; the mapping gives up
     // on 2 to 4, and its batch of 5 and 6 is turned away too.
     seen.0.lock().unwrap().push(2);
@@ -2407,13 +2393,18 @@ async fn on_dynamodb_records_after_a_seed_consumers_checkpoint_inside_a_batch_tu
     seed_inside_a_batch_turned_away(Arc::new(DynamoLeaseStore::new(&moto, table))).await;
 }
 
-/// Records 0 and 1 done; then a seed-crate consumer takes the shard's lease, and the mapping's
-/// batch of the records `away` is turned away (marked `contended` at its first record).
-async fn done_then_turned_away<S: CheckpointStore + LeaseStore>(
+/// Records 0 and 1 done; then a seed-crate consumer takes the shard's lease for `lease`, and
+/// the mapping's batch of the records `away` is turned away (in the shard mode, marked
+/// `contended` at its first record): nothing of it runs, and it is reported at its first record.
+async fn done_then_turned_away<
+    S: CheckpointStore + LeaseStore,
+    M: kinesis_checkpoint::processor::CheckpointMode,
+>(
     store: &S,
-    processor: &Processor<impl Handler>,
+    processor: &Processor<impl Handler, M>,
     stream: &kinesis_checkpoint::local::MemoryStream,
     away: std::ops::Range<usize>,
+    lease: Duration,
 ) {
     let done = processor
         .process_batch(
@@ -2424,12 +2415,8 @@ async fn done_then_turned_away<S: CheckpointStore + LeaseStore>(
         .unwrap();
     assert_eq!(done.shards[0].stopped, None);
     let key = LeaseKey::new("orders", SHARD);
-    assert!(
-        store
-            .acquire(&key, "seed", Duration::from_secs(30))
-            .await
-            .unwrap()
-    );
+    assert!(store.acquire(&key, "seed", lease).await.unwrap());
+    let first_away = stream.records(SHARD)[away.start].sequence.clone();
     let turned_away = processor
         .process_batch(
             memory_delivery(stream, SHARD, away),
@@ -2439,8 +2426,9 @@ async fn done_then_turned_away<S: CheckpointStore + LeaseStore>(
         .unwrap();
     assert!(
         matches!(
-            turned_away.shards[0].stopped,
-            Some((_, StopReason::LeaseHeld { .. }))
+            &turned_away.shards[0].stopped,
+            Some((at, StopReason::LeaseHeld { owner: Some(owner) }))
+                if at.as_str() == first_away && owner == "seed"
         ),
         "{turned_away:?}"
     );
@@ -2454,7 +2442,14 @@ async fn seed_inside_a_batch_turned_away<S: CheckpointStore + LeaseStore>(store:
     let key = LeaseKey::new("orders", SHARD);
     // A seed-crate consumer holds the shard's lease: the mapping's batch of records 2 to 5 is
     // turned away on every delivery (marked `contended` at 2) and never claimed.
-    done_then_turned_away(store.as_ref(), &processor, &stream, 2..6).await;
+    done_then_turned_away(
+        store.as_ref(),
+        &processor,
+        &stream,
+        2..6,
+        Duration::from_secs(30),
+    )
+    .await;
     // The seed consumer runs records 2 and 3, checkpoints 3 with the seed's methods (the mark
     // is now below its checkpoint, and nothing else says so) and lets the shard go.
     seen.0.lock().unwrap().extend([2, 3]);
