@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::faults::{Chaos, ChaosLevels, faulty};
-use kinesis_checkpoint::store::{CheckpointStore, SeedStore, every_field};
+use kinesis_checkpoint::store::{CheckpointStore, SeedStore, every_field, row_key};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
 
 #[tokio::test]
@@ -26,7 +26,7 @@ async fn the_chaos_layer_at_zero_levels_hands_every_field_on() {
     let memory = Arc::new(MemoryLeaseStore::new());
     let chaos = Chaos::new(memory.clone(), ChaosLevels::default(), 7).around_store();
     every_field::reach(&chaos, &memory).await;
-    assert_eq!(*chaos.layer().injected.lock().unwrap(), [0; 4]);
+    assert_eq!(*chaos.layer().injected.lock().unwrap(), [0; 5]);
 }
 
 #[tokio::test]
@@ -77,6 +77,41 @@ async fn the_chaos_layer_reaches_the_five_methods_under_the_seed_store() {
         "one call throttled"
     );
     assert_eq!(memory.read(&key).await.unwrap().lease_owner, None);
+}
+
+/// The chaos layer's aimed throttle refuses readings of rows alone, and answers the reading
+/// after a refused one on the same rows, as a throttle refuses one request: the invariant
+/// scenarios' family that reads each key's rows against refusals rests on both.
+#[tokio::test]
+async fn the_chaos_layers_aimed_throttle_refuses_only_readings_of_rows_and_answers_the_next_on_the_same_rows()
+ {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let levels = ChaosLevels {
+        rows_throttle: 1.0,
+        ..ChaosLevels::default()
+    };
+    let chaos = Chaos::new(memory.clone(), levels, 7).around_store();
+    let shard = LeaseKey::new("orders", "shardId-000000000000");
+    let rows = [row_key(&shard, "a"), row_key(&shard, "b")];
+    let claim =
+        CheckpointStore::acquire_and_read(&chaos, &shard, "a", Duration::from_mins(1), None).await;
+    assert!(claim.is_ok(), "a claim is not aimed at: {claim:?}");
+    let refused = CheckpointStore::read_rows(&chaos, &rows).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("ProvisionedThroughputExceededException"),
+        "{refused}"
+    );
+    let answered = CheckpointStore::read_rows(&chaos, &rows).await.unwrap();
+    assert_eq!(answered.len(), 2, "the reading after it on the same rows");
+    assert!(
+        CheckpointStore::read_rows(&chaos, &rows).await.is_err(),
+        "and the one after that refused again"
+    );
+    assert_eq!(
+        *chaos.layer().injected.lock().unwrap(),
+        [2, 0, 0, 0, 2],
+        "two throttles, both aimed at readings of rows"
+    );
 }
 
 #[tokio::test]

@@ -250,6 +250,11 @@ pub struct ChaosLevels {
     pub steal: f64,
     /// How long a stolen lease is held.
     pub steal_ttl: Duration,
+    /// Besides `throttle`, a reading of rows (`read_rows`: the partition-key mode's keys and
+    /// lanes) fails as a throttled store's would: aimed at the readings whose refusal leaves
+    /// keys unmarked when it is not read again (seed 7219311), which `throttle` spread over
+    /// every call draws one seed in 400,000.
+    pub rows_throttle: f64,
 }
 
 /// `inner` behind [`Chaos`].
@@ -263,8 +268,9 @@ pub struct Chaos<S> {
     store: Arc<S>,
     levels: ChaosLevels,
     rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
-    /// Faults injected so far: throttled, lost answers, slow calls, steals.
-    pub injected: std::sync::Mutex<[u64; 4]>,
+    /// Faults injected so far: throttled, lost answers, slow calls, steals, and of the
+    /// throttled, readings of rows refused by `rows_throttle`.
+    pub injected: std::sync::Mutex<[u64; 5]>,
     /// Where every claim and write is noted, with its answer, when set.
     trace: Option<Arc<std::sync::Mutex<Vec<String>>>>,
     /// Rows whose claim was just throttled, and how many of the calls that follow on them are
@@ -280,7 +286,7 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
             store: inner,
             levels,
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
-            injected: std::sync::Mutex::new([0; 4]),
+            injected: std::sync::Mutex::new([0; 5]),
             trace: None,
             spared: std::sync::Mutex::default(),
         }
@@ -325,6 +331,22 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
         if self.roll(self.levels.throttle, 0) {
             self.note(|| "store: a call throttled (injected)".to_owned());
             return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected)".into());
+        }
+        Ok(())
+    }
+
+    /// Latency and throttling before a reading or a write of rows, and a reading's aimed
+    /// throttle (`rows_throttle`), counted as a throttle and apart.
+    async fn before_rows(&self, operation: Operation) -> Result<(), LeaseError> {
+        self.before().await?;
+        // Not rolled at all when not aimed, so that every other scenario draws as before.
+        if operation == Operation::ReadRows
+            && self.levels.rows_throttle > 0.0
+            && self.roll(self.levels.rows_throttle, 4)
+        {
+            self.injected.lock().unwrap()[0] += 1;
+            self.note(|| "store: a reading of rows throttled (injected, aimed)".to_owned());
+            return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected, aimed at a reading of rows)".into());
         }
         Ok(())
     }
@@ -432,7 +454,7 @@ impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
                     match first {
                         Some(first) => {
                             let spared = self.spared.lock().unwrap().remove(&first).is_some();
-                            if !spared && let Err(error) = self.before().await {
+                            if !spared && let Err(error) = self.before_rows(operation).await {
                                 self.spared.lock().unwrap().insert(first, 1);
                                 return Err(error);
                             }

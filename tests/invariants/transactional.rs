@@ -92,8 +92,9 @@ pub struct Counts {
     pub recovered: u64,
     /// Transactions the store committed (the transactional side).
     pub transactions: u64,
-    /// Store faults injected: throttled, lost answers, slow calls, steals.
-    pub faults: [u64; 4],
+    /// Store faults injected: throttled, lost answers, slow calls, steals, readings of rows
+    /// throttled (aimed; none here).
+    pub faults: [u64; 5],
 }
 
 impl Counts {
