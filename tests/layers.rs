@@ -98,7 +98,9 @@ async fn the_chaos_layers_aimed_throttle_refuses_only_readings_of_rows_and_answe
     assert!(claim.is_ok(), "a claim is not aimed at: {claim:?}");
     let refused = CheckpointStore::read_rows(&chaos, &rows).await.unwrap_err();
     assert!(
-        refused.to_string().contains("ProvisionedThroughputExceededException"),
+        refused
+            .to_string()
+            .contains("ProvisionedThroughputExceededException"),
         "{refused}"
     );
     let answered = CheckpointStore::read_rows(&chaos, &rows).await.unwrap();

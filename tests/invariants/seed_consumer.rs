@@ -9,6 +9,12 @@
 //! stops inside one itself (a crash after some sub-records, before its whole-record checkpoint),
 //! leaving the aggregate to the toolkit. A record that fails a few times runs once its failures
 //! are spent, as the toolkit's handler would run it; one that always fails stops it.
+//!
+//! In the partition-key mode too: there it reads none of the keys' rows (no shard id holds a
+//! colon), so it runs again every record after the shard's `checkpoint` that the mode did (the
+//! scenarios count those as its reruns, as the README says), and the mode must take the
+//! shard's `checkpoint` as every record up to it done, and turn its batches away while the
+//! consumer holds the lease.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -31,6 +37,12 @@ pub struct Knowledge {
 /// Takes `shard` over for up to `records` records, if its lease is free and its parents are
 /// finished. Every handling is journaled under `owner`; those whose checkpoint did not land are
 /// marked so, as for an invocation of the toolkit.
+///
+/// `busy`, in the partition-key mode, says whether an invocation of the shard is running: the
+/// mode reads the shard's lease when a batch starts, and holds no lease on the shard while it
+/// runs, so a consumer of the whole shard that took the lease meanwhile would run the same
+/// records beside it (two consumers of one shard at once: the README's hand-over stops one
+/// first). Asked once the lease is taken: every batch that starts after that is turned away.
 pub async fn take_over(
     store: &dyn LeaseStore,
     stream: &MemoryStream,
@@ -38,12 +50,17 @@ pub async fn take_over(
     shared: &Shared,
     (shard, owner): (&str, &str),
     (records, stop_inside): (usize, bool),
+    busy: Option<&(dyn Fn() -> bool + Sync)>,
 ) {
     let key = LeaseKey::new("orders", shard);
     if !matches!(
         store.acquire(&key, owner, Duration::from_millis(150)).await,
         Ok(true)
     ) {
+        return;
+    }
+    if busy.is_some_and(|busy| busy()) {
+        let _ = store.release(&key, owner).await;
         return;
     }
     shared.note(format!("{owner} takes {shard} over"));
