@@ -910,10 +910,11 @@ impl Scenario {
         // Readings of rows refused by chance (30 % of the partition-key scenarios, drawn apart
         // too), as a throttle refuses one request: the reading after it on the same rows is
         // answered. Aimed at the mode's readings of its keys' and lanes' rows, each of which
-        // must be read again once before the mode gives up on marking a key: a key found in a
-        // range read for the batch's age, left unmarked by one refused reading, lost its
-        // records (seed 7219311, which the store's chaos spread over every call drew once in
-        // 400,000 seeds).
+        // must be read again once before the mode gives up on marking a key. (The narrow
+        // sequence of seed 7219311, a key found in a range read in parts whose reading was
+        // refused in an early part, is still not drawn: with its fix reverted, none of 60,000
+        // seeds fails even at a chance of 0.5 in every key-mode scenario; its test in
+        // `tests/gaps.rs` guards it.)
         let rows_throttle = if partition_keys && Rng::new(seed ^ 0x0A0E_D0E5).chance(0.3) {
             0.2
         } else {

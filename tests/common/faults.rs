@@ -251,9 +251,8 @@ pub struct ChaosLevels {
     /// How long a stolen lease is held.
     pub steal_ttl: Duration,
     /// Besides `throttle`, a reading of rows (`read_rows`: the partition-key mode's keys and
-    /// lanes) fails as a throttled store's would: aimed at the readings whose refusal leaves
-    /// keys unmarked when it is not read again (seed 7219311), which `throttle` spread over
-    /// every call draws one seed in 400,000.
+    /// lanes) fails as a throttled store's would: aimed at the readings the mode must read
+    /// again once after a refusal, which `throttle`, spread over every call, rarely reaches.
     pub rows_throttle: f64,
 }
 
