@@ -78,6 +78,10 @@ JSON_READERS = (
     ("sonic_rs_ignored", "sonic-rs, the event read into nothing"),
     ("sonic_rs_positions", "sonic-rs, each record's eventID and sequence number only"),
     ("simd_json_positions", "simd-json, the same (parsed in place, the copy not timed)"),
+    ("sonic_rs_lazy_unchecked_ignored",
+     "sonic-rs, lazily, each record's text found without validating it"),
+    ("sonic_rs_lazy_positions", "sonic-rs, lazily, each record's eventID and sequence number"),
+    ("sonic_rs_lazy_unchecked_positions", "sonic-rs, the same, unchecked (valid JSON assumed)"),
     ("memchr_quotes", "no reader: the quote characters alone found (memchr)"),
 )
 STARTS = (("batch", "from the KinesisEvent"), ("bytes", "from the event's bytes"))

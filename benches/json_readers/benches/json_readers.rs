@@ -11,7 +11,11 @@
 //! - `*_ignored`: the whole event read into `serde::de::IgnoredAny`, nothing kept;
 //! - `*_positions`: each record's `eventID` (its shard) and sequence number, borrowed from the
 //!   bytes, all else skipped: the least a duplicate check reads. Each reader of them is first
-//!   checked to read every record's.
+//!   checked to read every record's;
+//! - `sonic_rs_lazy_*`: `sonic-rs`'s lazy API, which parses only what it is asked for: each
+//!   record's raw text found, and its position read from it, with every value skipped
+//!   validated, or skipped unchecked by its brackets and quotes alone (`*_unchecked_*`, an
+//!   `unsafe` API whose contract is valid JSON).
 //!
 //! `simd-json` parses in place (into the positions only): each iteration gets a copy of the
 //! body made outside the timed part. `memchr_quotes` is no reader: it only counts the quote
@@ -19,7 +23,8 @@
 //! `cargo lambda` builds a function, for the architecture's generic CPU; BENCHMARKS.md gives
 //! the figures built with `-C target-cpu=native` too.
 //!
-//! Run with `make bench-json-readers` (BENCHMARKS.md, section 1, twenty-second round).
+//! Run with `make bench-json-readers` (BENCHMARKS.md, section 1, twenty-second and twenty-third
+//! rounds).
 
 use std::hint::black_box;
 
@@ -119,6 +124,38 @@ fn readers(c: &mut Criterion) {
             let read: Positions = sonic_rs::from_slice(body).expect("an event");
             read.checksum()
         });
+        // `sonic-rs`'s lazy reading, which parses nothing it is not asked for: the records'
+        // array found and iterated, each record's raw text skipped past (`*_unchecked_ignored`),
+        // and only its `eventID` and sequence number read from it (`PointerTree`), every
+        // skipped value validated (`*_lazy_positions`) or skipped by its brackets and quotes
+        // alone (`*_unchecked_positions`, an `unsafe` API: the JSON must be valid).
+        let mut tree = sonic_rs::PointerTree::new();
+        tree.add_path(["eventID"]);
+        tree.add_path(["kinesis", "sequenceNumber"]);
+        bench(
+            group,
+            "sonic_rs_lazy_unchecked_ignored",
+            size,
+            &body,
+            expected,
+            |body| lazy_records(body, true).count(),
+        );
+        bench(
+            group,
+            "sonic_rs_lazy_positions",
+            size,
+            &body,
+            expected,
+            |body| lazy_positions(body, &tree, false),
+        );
+        bench(
+            group,
+            "sonic_rs_lazy_unchecked_positions",
+            size,
+            &body,
+            expected,
+            |body| lazy_positions(body, &tree, true),
+        );
         // `simd-json` reads in place, writing into the bytes it reads: each iteration is given
         // a fresh copy, made outside the timed part (as a function holding the body alone could
         // hand it over without one). Its working buffers are kept from one iteration to the
@@ -141,6 +178,51 @@ fn readers(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// The records of the event, each as its raw text, found lazily by `sonic-rs`; `unchecked`
+/// skips the values before and between them without validating them.
+fn lazy_records(body: &[u8], unchecked: bool) -> sonic_rs::ArrayJsonIter<'_> {
+    let records = if unchecked {
+        // SAFETY: the bench's event is valid JSON (`serde_json` reads it in `readers`).
+        unsafe { sonic_rs::get_unchecked(body, ["Records"]) }
+    } else {
+        sonic_rs::get(body, ["Records"])
+    }
+    .expect("the records");
+    // Borrowed from `body` (read from bytes, the raw text is never copied).
+    let std::borrow::Cow::Borrowed(records) = records.as_raw_cow() else {
+        unreachable!("the records' text is borrowed from the bytes")
+    };
+    if unchecked {
+        // SAFETY: as above.
+        unsafe { sonic_rs::to_array_iter_unchecked(records) }
+    } else {
+        sonic_rs::to_array_iter(records)
+    }
+}
+
+/// Each record's `eventID` and sequence number read lazily with `sonic-rs` (`tree` holds
+/// their paths); `unchecked` skips the values between them without validating them.
+fn lazy_positions(body: &[u8], tree: &sonic_rs::PointerTree, unchecked: bool) -> usize {
+    let mut sum = 0;
+    for record in lazy_records(body, unchecked) {
+        let record = record.expect("a record");
+        let fields = if unchecked {
+            // SAFETY: as above.
+            unsafe { sonic_rs::get_many_unchecked(record.as_raw_str(), tree) }
+        } else {
+            sonic_rs::get_many(record.as_raw_str(), tree)
+        }
+        .expect("the fields");
+        for field in fields {
+            let field = field.expect("a field");
+            sum += sonic_rs::JsonValueTrait::as_str(&field)
+                .expect("a string")
+                .len();
+        }
+    }
+    sum
 }
 
 criterion_group!(benches, readers);
