@@ -14,6 +14,14 @@ use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
 use kinesis_checkpoint::store::{CheckpointStore, KeyCommit, LeaseError, LeaseStore};
 use kinesis_checkpoint::{BoxFuture, LeaseKey};
 
+/// The error a throttled request gets from the service, `suffix` saying which fault refused it.
+fn throughput_exceeded(suffix: &str) -> LeaseError {
+    format!(
+        "ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput{suffix}"
+    )
+    .into()
+}
+
 /// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
 pub type Faulty<S> = Layered<S, Faults<S>>;
 
@@ -126,9 +134,7 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
         next: Next<'a, T>,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
         let throttled = || {
-            Box::pin(async {
-                Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput".into())
-            }) as BoxFuture<'a, Result<T, LeaseError>>
+            Box::pin(async { Err(throughput_exceeded("")) }) as BoxFuture<'a, Result<T, LeaseError>>
         };
         let (mut lose, mut resend) = (false, false);
         let steal = match call.operation() {
@@ -329,7 +335,7 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
         }
         if self.roll(self.levels.throttle, 0) {
             self.note(|| "store: a call throttled (injected)".to_owned());
-            return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected)".into());
+            return Err(throughput_exceeded(" (injected)"));
         }
         Ok(())
     }
@@ -345,7 +351,9 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
         {
             self.injected.lock().unwrap()[0] += 1;
             self.note(|| "store: a reading of rows throttled (injected, aimed)".to_owned());
-            return Err("ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput (injected, aimed at a reading of rows)".into());
+            return Err(throughput_exceeded(
+                " (injected, aimed at a reading of rows)",
+            ));
         }
         Ok(())
     }
