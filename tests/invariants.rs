@@ -46,8 +46,9 @@
 //!   the stream then goes on (one more record per shard, delivered as the batch after
 //!   everything), and gap recovery must bring every discarded record back (a closed parent's, by parent tail
 //!   recovery in a child's invocation); with stray
-//!   concurrent deliveries, throttled claims (a throttle refuses one request: the two calls
-//!   after a refused claim on its row are answered) and a seed consumer drawn as in any scenario;
+//!   concurrent deliveries, throttled claims (a throttle refuses one request: the refused
+//!   invocation's next two calls on the row are answered, whatever other invocations call
+//!   between) and a seed consumer drawn as in any scenario;
 //! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
 //!   record at a time): between invocations it takes a shard over with the seed's five methods,
 //!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
@@ -64,9 +65,10 @@
 //!   mapping gives up on some, which the lane's next batch must find by their keys' marks
 //!   (`holder.rs`);
 //! - readings of rows refused (30 % of the partition-key scenarios): each reading of the keys'
-//!   or the lanes' rows is throttled by a chance of 0.2 besides the store's chaos, and the one
-//!   after it on the same rows answered, as a throttle refuses one request; every reading whose
-//!   refusal would leave a key unmarked must be read again (`ChaosLevels::rows_throttle`);
+//!   or the lanes' rows is throttled by a chance of 0.2 besides the store's chaos, and the same
+//!   invocation's next one of the same rows answered, as a throttle refuses one request; every
+//!   reading whose refusal would leave a key unmarked must be read again
+//!   (`ChaosLevels::rows_throttle`);
 //! - clock skew (30 % of shard-mode scenarios): each invocation's clock off by up to ±1 s, the
 //!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
 //!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
@@ -908,8 +910,8 @@ impl Scenario {
         // Drawn apart, so that every other setting of a seed stays as it was.
         let lease_holder = partition_keys && Rng::new(seed ^ 0x0401_DE25).chance(0.3);
         // Readings of rows refused by chance (30 % of the partition-key scenarios, drawn apart
-        // too), as a throttle refuses one request: the reading after it on the same rows is
-        // answered. Aimed at the mode's readings of its keys' and lanes' rows, each of which
+        // too), as a throttle refuses one request: the same invocation's next reading of the
+        // same rows is answered. Aimed at the mode's readings of its keys' and lanes' rows, each of which
         // must be read again once before the mode gives up on marking a key. (The narrow
         // sequence of seed 7219311, a key found in a range read in parts whose reading was
         // refused in an early part, is still not drawn: with its fix reverted, none of 60,000
