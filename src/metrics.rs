@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::clock::{Clock, SystemClock};
-use crate::report::{BatchReport, Disposition, GapOutcome, RecordReport, ShardReport, StopReason};
+use crate::report::{BatchReport, Disposition, RecordReport, StopReason};
 use crate::store::metered::{self, Counters, Metered, Timed};
 use crate::store::{CheckpointStore, Layered};
 
@@ -167,9 +167,12 @@ pub struct InvocationMetrics {
     /// Records the event source mapping skipped that were read from the stream and processed
     /// or dead-lettered here (see [`gap`](crate::gap)).
     pub recovered: u64,
-    /// Ranges the mapping skipped that nothing could read: their records are lost unless
-    /// replayed by hand (the error log names each range).
+    /// Ranges the mapping skipped (outside the contract), each named by an error line: read
+    /// back and run, or, when nothing can read them, lost unless replayed by hand.
     pub gaps: u64,
+    /// Batches an earlier invocation died running (its lease lapsed without a checkpoint),
+    /// found by this one's claim.
+    pub deaths: u64,
     /// Requests the lease store sent, when it counts them.
     pub dynamodb_requests: Option<u64>,
     /// The time of each final checkpoint-and-release write.
@@ -196,16 +199,6 @@ fn recovered_done(records: &[RecordReport]) -> u64 {
     done(records.iter().map(|record| record.disposition))
 }
 
-/// How many records of a parent's tail (its own gap and parents included) were done here.
-fn tail_done(parent: &ShardReport) -> u64 {
-    count(parent.count(Disposition::Processed) + parent.count(Disposition::DeadLettered))
-        + parent
-            .gap
-            .as_ref()
-            .map_or(0, |gap| recovered_done(&gap.recovered))
-        + parent.parents.iter().map(tail_done).sum::<u64>()
-}
-
 impl InvocationMetrics {
     /// The counts of `report`; the store's requests and the latencies are added by the caller.
     ///
@@ -228,14 +221,11 @@ impl InvocationMetrics {
             metrics.duplicates += count(shard.count(Disposition::Duplicate));
             metrics.dead_lettered += count(shard.count(Disposition::DeadLettered));
             metrics.uncheckpointed += count(shard.count(Disposition::Uncheckpointed));
-            // A closed parent's tail run by this invocation was read from the stream too.
-            metrics.recovered += shard.parents.iter().map(tail_done).sum::<u64>();
             if let Some(gap) = &shard.gap {
                 metrics.recovered += recovered_done(&gap.recovered);
-                if gap.outcome == GapOutcome::NoReader {
-                    metrics.gaps += 1;
-                }
+                metrics.gaps += 1;
             }
+            metrics.deaths += u64::from(shard.died_at.is_some());
             match shard.stopped.as_ref().map(|(_, reason)| reason) {
                 Some(StopReason::Held(_)) => metrics.held += count(shard.records.len()),
                 Some(
@@ -288,6 +278,7 @@ impl InvocationMetrics {
         put("Uncheckpointed", "Count", self.uncheckpointed.into());
         put("Recovered", "Count", self.recovered.into());
         put("Gap", "Count", self.gaps.into());
+        put("Deaths", "Count", self.deaths.into());
         if let Some(requests) = self.dynamodb_requests {
             put("DynamoDBRequests", "Count", requests.into());
         }
@@ -437,7 +428,7 @@ mod tests {
             stopped: stopped.map(|reason| (seq(1), reason)),
             checkpoint: None,
             gap: None,
-            parents: Vec::new(),
+            died_at: None,
         }
     }
 

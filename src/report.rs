@@ -179,10 +179,9 @@ pub struct ShardReport {
     /// Records the event source mapping skipped before this batch, found and run first (see
     /// [`gap`](crate::gap)).
     pub gap: Option<GapReport>,
-    /// The closed parents whose tails this shard's invocation ran before it, each as its own
-    /// shard (see the gate's "Parent tail recovery"): their records are not in the batch, so
-    /// nothing of them is in the [response](BatchReport::response).
-    pub parents: Vec<ShardReport>,
+    /// The batch or record an earlier invocation was running when it died (its lease lapsed
+    /// without a checkpoint): this invocation ran the batch one record at a time.
+    pub died_at: Option<Position>,
 }
 
 impl ShardReport {
@@ -244,7 +243,7 @@ impl ShardReport {
             stopped: None,
             checkpoint: None,
             gap: None,
-            parents: Vec::new(),
+            died_at: None,
         }
     }
 }

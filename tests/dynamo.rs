@@ -12,7 +12,7 @@ use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, n_of, redeliver_from, reported, sequence};
 use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::store::dynamo::UnattributedLegacyRow;
-use kinesis_checkpoint::store::{CheckpointStore, Claim, LeaseStore};
+use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Position, Processor, Record};
 
 const TTL: Duration = Duration::from_mins(1);
@@ -122,7 +122,9 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
     let key = LeaseKey::new("orders", SHARD);
     let position = Position::sub_record(sequence(40).parse().unwrap(), 3);
 
-    let Claim::Acquired(fresh) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
+    let Claim::Acquired { state: fresh, .. } =
+        store.acquire_and_read(&key, "a", TTL, None).await.unwrap()
+    else {
         panic!("the row did not exist");
     };
     assert_eq!(
@@ -156,27 +158,31 @@ async fn acquire_and_read_returns_the_row_or_names_the_holder() {
             .await
             .unwrap()
     );
-    let Claim::Acquired(after) = store.acquire_and_read(&key, "b", TTL, None).await.unwrap() else {
+    let Claim::Acquired { state: after, .. } =
+        store.acquire_and_read(&key, "b", TTL, None).await.unwrap()
+    else {
         panic!("a released the lease");
     };
     assert_eq!(
         after.position().unwrap(),
         Some(next),
-        "a whole-record checkpoint clears checkpoint_sub"
+        "a whole-record checkpoint clears the aggregate's progress"
     );
     assert!(after.lease_counter > held.lease_counter);
 }
 
 #[tokio::test]
-async fn the_claim_marks_the_batch_it_attempts_and_a_turned_away_batch_is_marked_without_the_lease()
-{
+async fn the_claim_marks_the_batch_it_attempts_and_a_claim_of_a_lapsed_lease_returns_its_mark() {
     let (store, client, table) = table().await;
     let key = LeaseKey::new("orders", SHARD);
     let first = Position::record(sequence(7).parse().unwrap());
     let later = Position::record(sequence(9).parse().unwrap());
 
-    let Claim::Acquired(claimed) = store
-        .acquire_and_read(&key, "a", TTL, Some(&first))
+    let Claim::Acquired {
+        state: claimed,
+        lapsed_mark,
+    } = store
+        .acquire_and_read(&key, "a", Duration::from_millis(1), Some(&first))
         .await
         .unwrap()
     else {
@@ -189,96 +195,88 @@ async fn the_claim_marks_the_batch_it_attempts_and_a_turned_away_batch_is_marked
     );
     assert_eq!(claimed.lease_owner.as_deref(), Some("a"));
     assert_eq!(claimed.lease_counter, 1);
+    assert_eq!(lapsed_mark, None, "the lease was free");
+    let raw = raw_row(&client, &table, &key.to_string()).await;
+    assert_eq!(raw["reported"], AttributeValue::S(sequence(7)));
 
-    // A batch turned away by a's lease is remembered beside it, the lease untouched.
-    let Claim::Held(held) = store
+    // a dies: its lease lapses without a release, and the next claim finds its mark.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let Claim::Acquired {
+        state: again,
+        lapsed_mark,
+    } = store
         .acquire_and_read(&key, "b", TTL, Some(&later))
         .await
         .unwrap()
     else {
-        panic!("a holds the lease");
+        panic!("a's lease lapsed");
     };
-    assert_eq!(
-        held.reported,
-        Some(first.clone()),
-        "a refused claim writes nothing"
-    );
-    store.mark_contended(&key, &later).await.unwrap();
-    let row = store.read(&key).await.unwrap();
-    assert_eq!(row.contended, Some(later.clone()));
-    assert_eq!(row.reported, Some(first.clone()));
-    assert_eq!(row.lease_owner.as_deref(), Some("a"));
-    assert_eq!(row.lease_counter, 2, "every write bumps the counter");
-    let raw = raw_row(&client, &table, &key.to_string()).await;
-    assert_eq!(raw["contended"], AttributeValue::S(sequence(9)));
-    assert_eq!(raw["reported"], AttributeValue::S(sequence(7)));
+    assert_eq!(lapsed_mark, Some(first.clone()), "where a died");
+    assert_eq!(again.reported, Some(first), "the older mark is kept");
+    assert_eq!(again.lease_owner.as_deref(), Some("b"));
+    assert_eq!(again.lease_counter, 2, "as the row now holds it");
+    assert_eq!(store.read(&key).await.unwrap(), again);
 
-    // A later claim keeps the older mark: the lowest record not known done is what counts.
-    store.release(&key, "a").await.unwrap();
-    let Claim::Acquired(again) = store
+    // Released, the lease is free: a claim after a release finds no death.
+    assert!(store.commit(&key, "b", &Commit::default()).await.unwrap());
+    let Claim::Acquired { lapsed_mark, .. } = store
         .acquire_and_read(&key, "c", TTL, Some(&later))
         .await
         .unwrap()
     else {
-        panic!("a released the lease");
+        panic!("b released the lease");
     };
-    assert_eq!(again.reported, Some(first));
-    assert_eq!(again.contended, Some(later));
+    assert_eq!(lapsed_mark, None);
 }
 
-/// The partition-key mode's open-marks row: every mark with its arrival, and where a reading
-/// for them stopped, written on condition of the counter read, and a string set that is
-/// removed, not left empty, once no mark is open.
+/// A row an earlier version wrote keeps attributes nothing reads any more: it still reads, and
+/// the next last write drops them.
 #[tokio::test]
-async fn a_shards_open_marks_are_written_with_their_arrival_and_removed_once_none_is_open() {
-    use kinesis_checkpoint::store::{KeyCommit, OpenMark, ReportedChange};
+async fn attributes_of_earlier_versions_are_ignored_and_dropped_by_the_next_write() {
     let (store, client, table) = table().await;
-    let row = LeaseKey::new("orders", format!("{SHARD}#open"));
-    let open = vec![
-        OpenMark::new(
-            Position::record(sequence(3).parse().unwrap()),
-            1_764_512_345_000,
-        ),
-        OpenMark::new(
-            Position::sub_record(sequence(5).parse().unwrap(), 2),
-            1_764_512_346_500,
-        ),
-    ];
-    let mut commit = KeyCommit::new(row.clone(), 0);
-    commit.open_marks = Some(open.clone());
-    commit.reported = ReportedChange::Set(Position::record(sequence(4).parse().unwrap()));
-    commit.expires_at = Some(1_900_000_000);
-    assert_eq!(store.commit_rows(&[commit]).await.unwrap(), [true]);
-    let read = store.read_rows(std::slice::from_ref(&row)).await.unwrap();
-    assert_eq!(read[0].open_marks, open, "every mark, with its arrival");
+    let key = LeaseKey::new("orders", SHARD);
+    client
+        .put_item()
+        .table_name(&table)
+        .item("lease_key", AttributeValue::S(key.to_string()))
+        .item("checkpoint", AttributeValue::S(sequence(3)))
+        .item("lease_counter", AttributeValue::N("4".to_owned()))
+        .item("contended", AttributeValue::S(sequence(5)))
+        .item("contended_done", AttributeValue::S(sequence(2)))
+        .item(
+            "open_marks",
+            AttributeValue::Ss(vec![format!("{}@1", sequence(4))]),
+        )
+        .item("checkpoint_sub", AttributeValue::N("2".to_owned()))
+        .send()
+        .await
+        .unwrap();
+    let Claim::Acquired { state, .. } = store.acquire_and_read(&key, "a", TTL, None).await.unwrap()
+    else {
+        panic!("the row is free");
+    };
     assert_eq!(
-        read[0].reported,
-        Some(Position::record(sequence(4).parse().unwrap())),
-        "where the reading stopped"
+        state.position().unwrap(),
+        Some(Position::record(sequence(3).parse().unwrap())),
+        "the checkpoint names a record done whole"
     );
-    let raw = raw_row(&client, &table, &row.to_string()).await;
-    let mut members = raw["open_marks"].as_ss().unwrap().clone();
-    members.sort();
-    assert_eq!(
-        members,
-        [
-            format!("{}@1764512345000", sequence(3)),
-            format!("{}/2@1764512346500", sequence(5)),
-        ]
+    let next = Position::record(sequence(6).parse().unwrap());
+    assert!(
+        store
+            .commit(&key, "a", &common::checkpoint_at(Some(&next)))
+            .await
+            .unwrap()
     );
-    let mut stale = KeyCommit::new(row.clone(), 0);
-    stale.open_marks = Some(Vec::new());
-    assert_eq!(
-        store.commit_rows(&[stale]).await.unwrap(),
-        [false],
-        "a row written since it was read is not overwritten"
-    );
-    let mut settled = KeyCommit::new(row.clone(), read[0].lease_counter);
-    settled.open_marks = Some(Vec::new());
-    assert_eq!(store.commit_rows(&[settled]).await.unwrap(), [true]);
-    assert_eq!(store.read(&row).await.unwrap().open_marks, []);
-    let raw = raw_row(&client, &table, &row.to_string()).await;
-    assert!(!raw.contains_key("open_marks"), "{raw:?}");
+    let raw = raw_row(&client, &table, &key.to_string()).await;
+    for gone in [
+        "contended",
+        "contended_done",
+        "open_marks",
+        "checkpoint_sub",
+    ] {
+        assert!(!raw.contains_key(gone), "{gone} is dropped: {raw:?}");
+    }
+    assert_eq!(raw["checkpoint"], AttributeValue::S(sequence(6)));
 }
 
 #[tokio::test]

@@ -171,7 +171,8 @@ async fn the_claim_and_the_last_write_work_on_the_five_seed_methods() {
     let key = LeaseKey::new(STREAM, PARENT);
     let (p, s) = ("4900000001", "4900000002");
 
-    let Claim::Acquired(state) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
+    let Claim::Acquired { state, .. } = store.acquire_and_read(&key, "a", TTL, None).await.unwrap()
+    else {
         panic!("free");
     };
     assert_eq!(state.lease_owner.as_deref(), Some("a"));
@@ -310,7 +311,7 @@ async fn finish_and_the_rows_work_on_the_five_seed_methods() {
 }
 
 /// What `SeedStore`'s documentation says five methods cannot keep, it does not keep: the
-/// failing record, `done_above`, the parents, `expires_at`, the reported and contended records,
+/// failing record, `done_above`, the parents, `expires_at`, the reported record,
 /// progress inside an aggregate, the counters of `commit_rows`, and the request count. The same
 /// writes on the memory store's own `CheckpointStore` keep every one, so each assertion here is
 /// about the adapter.
@@ -325,7 +326,7 @@ async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops(
     let attempting = whole(p);
 
     for (store, keeps) in stores {
-        let Claim::Acquired(claimed) = store
+        let Claim::Acquired { state: claimed, .. } = store
             .acquire_and_read(&key, "a", TTL, Some(&attempting))
             .await
             .unwrap()
@@ -367,19 +368,12 @@ async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops(
             "progress inside the aggregate: {row:?}"
         );
 
-        let first = whole("4900000009");
-        store.mark_contended(&key, &first).await.unwrap();
-        assert_eq!(
-            store.read(&key).await.unwrap().contended.is_some(),
-            keeps,
-            "contended"
-        );
-
         // Done whole and nothing failing: finishable by both.
         let mut done = Commit::default();
         done.checkpoint = Some(whole(s));
         done.failing = FailingChange::Clear;
-        let Claim::Acquired(_) = store.acquire_and_read(&key, "a", TTL, None).await.unwrap() else {
+        let Claim::Acquired { .. } = store.acquire_and_read(&key, "a", TTL, None).await.unwrap()
+        else {
             panic!("released");
         };
         assert!(store.commit(&key, "a", &done).await.unwrap());

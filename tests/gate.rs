@@ -313,10 +313,9 @@ async fn a_child_waits_while_its_parents_last_record_keeps_failing() {
         setup.stream.put("customer", n).await;
     }
     let log = Log::default();
-    // Record 2 fails twice: on the parent's delivery, and again when the child's invocation
-    // runs the parent's tail (its row reports the record: parent tail recovery).
+    // Record 2 fails on the parent's first delivery: the child waits for the mapping's retry.
     let processor = setup
-        .processor_failing(&log, Some(2), 2, StartingPosition::TrimHorizon)
+        .processor_failing(&log, Some(2), 1, StartingPosition::TrimHorizon)
         .await;
     let child = setup.child_with_records().await;
 

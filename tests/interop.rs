@@ -420,54 +420,6 @@ async fn bare_shard_id_rows_are_read_alike_by_both_stores() {
     );
 }
 
-/// A row of the toolkit's 0.1.0 form inside an aggregate (`checkpoint = S`, `checkpoint_sub`):
-/// read as it meant, kept in that form while inside S, rewritten once S is done whole.
-#[tokio::test]
-async fn a_row_of_the_first_version_inside_an_aggregate_is_migrated_once_past_it() {
-    let table = table().await;
-    let stream = MemoryStream::new(STREAM, 1);
-    let (outer, bytes) = ten_sub_records();
-    let aggregate = stream.put(&outer, bytes);
-    let after = stream.put("plain", "after");
-    table
-        .client
-        .put_item()
-        .table_name(&table.name)
-        .item("lease_key", AttributeValue::S(format!("{STREAM}:{SHARD}")))
-        .item("checkpoint", AttributeValue::S(aggregate.clone()))
-        .item("checkpoint_sub", AttributeValue::N("3".to_owned()))
-        .item("lease_counter", AttributeValue::N("7".to_owned()))
-        .send()
-        .await
-        .unwrap();
-    let ran = Ran::default();
-    let processor = Processor::new(Arc::new(table.toolkit.clone()), noting(&ran, Some(6)));
-
-    process(&processor, event_of(&stream, SHARD, Some(&aggregate)), "r1").await;
-    let row = table.raw("orders:shardId-000000000000").await;
-    assert_eq!(
-        (
-            row["checkpoint"].as_s().unwrap().as_str(),
-            row["checkpoint_sub"].as_n().unwrap().as_str()
-        ),
-        (aggregate.as_str(), "5"),
-        "no record before S is known: the old form, moved on"
-    );
-    assert!(!row.contains_key("aggregate_sequence"));
-
-    process(&processor, event_of(&stream, SHARD, Some(&aggregate)), "r2").await;
-    let row = table.raw("orders:shardId-000000000000").await;
-    assert_eq!(row["checkpoint"].as_s().unwrap(), &after);
-    assert!(!row.contains_key("checkpoint_sub") && !row.contains_key("aggregate_sequence"));
-    let mut expected: Vec<String> = (4..10).map(|sub| format!("{aggregate}/{sub}")).collect();
-    expected.push(after);
-    assert_eq!(
-        *ran.lock().unwrap(),
-        expected,
-        "4 and 5, then 6 to 9 and `after`, once each"
-    );
-}
-
 /// The partition-key mode keeps a row per key (`stream:shard:key`), which a seed consumer
 /// never reads as a shard; the shard's own row stays the seed's, and its `SHARD_END` lets the
 /// mode's children run.

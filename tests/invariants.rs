@@ -1,113 +1,59 @@
 //! Invariants over many seeded scenarios: the local event source delivers a random stream
 //! (shards, a split, a merge, duplicate and concurrent deliveries, children delivered early, a
-//! `ParallelizationFactor` from 1 to 10) to a processor whose store and handler misbehave by
-//! chance (throttling, lost answers, latency, stolen leases; handler errors, poison, panics,
-//! time-outs, and invocations that die between a handler and the checkpoint). After each:
+//! `ParallelizationFactor` from 1 to 10, each lane of a shard in an invocation of its own, each
+//! invocation a fresh processor as a new process is) to a processor whose store and handler
+//! misbehave by chance. After each:
 //!
-//! 1. every record is processed or dead-lettered, none lost (a record the mapping discarded
-//!    must come back through gap recovery), and none healthy dead-lettered;
+//! 1. every record is processed or dead-lettered, none lost, and none healthy dead-lettered (a
+//!    record may be dead-lettered when its failures and the deaths of invocations running it
+//!    reach `max_attempts`);
 //! 2. a record is handled twice only when an earlier handling was in an invocation that died
-//!    before its checkpoint (an injected death, or a time-out: Lambda stops a function at its
-//!    timeout, and a starved machine makes that happen in any scenario), or whose checkpoint did
-//!    not land (the report says so): those are counted, by cause, and every injected death is
-//!    matched: the record whose effect it died after is handled again;
+//!    before its checkpoint (an injected death, a record that kills its invocation, or a
+//!    time-out), or whose checkpoint did not land (the report says so): those are counted, by
+//!    cause, and every injected death is matched: the record whose effect it died after is
+//!    handled again;
 //! 3. per partition key, records are first handled in sequence order (with a
 //!    `ParallelizationFactor` above 1, per key Kinesis routed by: a KPL aggregate's own);
-//! 4. no record of a child shard is handled before every record of its parents.
+//! 4. no record of a child shard is handled before every record of its parents;
+//! 5. under the documented mapping (no discards), no invocation runs or dead-letters a record
+//!    its event did not deliver.
+//!
+//! The fault families inside the contract, each drawn by the seed:
+//! - deaths: an invocation dies after a handler's effect (8 % of the invocations of 30 % of the
+//!   scenarios), and a record kills every invocation that runs it, 1 to 4 times
+//!   (`Fault::Kills`): in the shard mode with a store that keeps the claim's mark, one that
+//!   kills more than `max_attempts` times must be dead-lettered from its event;
+//! - duplicate and concurrent deliveries, early children, lanes of one shard delivered at once;
+//! - KPL aggregates (30 %): records packed 1 to 5 to an aggregate of keys bound for one shard,
+//!   and the last record of a shard that splits is one, with children delivered early;
+//! - large records and awkward errors: the dead-letter family (a third of the scenarios): dead
+//!   letters go to a [`MemoryQueue`] that applies SQS's limits through the same chunking code as
+//!   SQS, its part sends fail by chance, records are padded past the message size, and handler
+//!   errors run to 300 KB of characters SQS refuses; a redrive must give back every
+//!   dead-lettered record once, byte for byte (`check_letters`);
+//! - throttling, lost answers, latency and stolen leases in the store (`Chaos`);
+//! - healthy slow records (`Sluggish`): never charged an attempt for being cut by the deadline;
+//! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served one
+//!   record at a time), whose stated duplicates are counted, not failed;
+//! - a seed-crate consumer on the same table (`seed_consumer.rs`), in both modes, and, in the
+//!   partition-key mode, a consumer of the whole shard holding its lease (`holder.rs`);
+//! - clock skew between invocations (`skew.rs`), and a lagging cheap reading of the clock.
+//!
+//! Outside the contract, in the shard mode only (30 % of its scenarios): finite
+//! `MaximumRetryAttempts`, the mapping giving up on batches. The row's mark proves each gap at
+//! the next batch's start, and gap recovery reads the skipped records back (in parts of 2 to 4
+//! records in half of them, `parts.rs`); the stream then goes on with one more record per shard,
+//! so a range discarded at the end is found too. Those scenarios draw no reshard (no parent's
+//! tail is recovered), no stolen lease or refused claim (they leave no mark), and no seed
+//! consumer (its checkpoint passes the mark).
 //!
 //! `INVARIANT_SCENARIOS` (default 10,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
 //! a failing one prints its settings and the command that replays it. Each scenario runs alone
 //! on a runtime whose time is paused, with one virtual clock for the store, the stream, the
-//! event source and every processor: its waits take no real time, and a replay runs exactly as
-//! the failing run did, on any machine under any load (two runs of a seed write the same trace,
-//! byte for byte). A failing scenario also leaves its trace (every delivery, handling, report
-//! and store write, in order) in `target/invariant-traces/`, and prints its end;
-//! `INVARIANT_TRACE=1` leaves every scenario's. `make soak` runs 100,000.
-//!
-//! The dead-letter family (a third of the scenarios, drawn from the seed apart from the rest so
-//! that the other settings stay as they were): dead letters go to a [`MemoryQueue`] that applies
-//! SQS's limits (messages of 4 to 16 KiB, the characters SQS accepts) through the same chunking
-//! code as SQS, its part sends fail by chance, records are padded past the message size, and
-//! handler errors run from 0 bytes to 300 KB of control characters, NUL, U+FFFE/U+FFFF and astral
-//! characters. At the end a redrive must give back every dead-lettered record once, byte for
-//! byte, and leave only partial sends of records that were processed (`check_letters`).
-//!
-//! The other families, each drawn by the seed:
-//! - KPL aggregates (30 %): records packed 1 to 5 to an aggregate of keys bound for one shard,
-//!   and the last record of a shard that splits is one, with children delivered early;
-//! - healthy slow records (`Sluggish`): a record after one starts near the deadline, and
-//!   must never be charged an attempt for being cut by it (1 to 3 attempts are drawn);
-//! - a store with the seed's five methods only (a quarter of the shard-mode scenarios served
-//!   one record at a time): the trait's defaults do the rest, and the duplicates they state
-//!   (sub-records done before a stop inside an aggregate) are counted, not failed;
-//! - mapping discards (30 % of the scenarios, in both modes): finite `MaximumRetryAttempts`, and half
-//!   of them a `MaximumRecordAgeInSeconds` (0.15 to 0.8 s of virtual time) on records written
-//!   over time, which a lagging shard drops unreported and the gate, told the limit, suspects;
-//!   the stream then goes on (one more record per shard, delivered as the batch after
-//!   everything), and gap recovery must bring every discarded record back (a closed parent's, by parent tail
-//!   recovery in a child's invocation); with stray
-//!   concurrent deliveries, throttled claims (a throttle refuses one request: the refused
-//!   invocation's next two calls on the row are answered, whatever other invocations call
-//!   between) and a seed consumer drawn as in any scenario;
-//! - a seed-crate consumer on the same table (a quarter of the shard-mode scenarios served one
-//!   record at a time): between invocations it takes a shard over with the seed's five methods,
-//!   handles records after `checkpoint` and checkpoints them whole, taking over inside an
-//!   aggregate the toolkit stopped in and sometimes stopping inside one itself
-//!   (`seed_consumer.rs`); and in the partition-key mode (30 % of its scenarios, any
-//!   concurrency), where it takes only a shard no invocation runs (the mode holds no lease on
-//!   the shard while it runs), runs again what the mode did after the shard's `checkpoint` (it
-//!   reads no key's row: counted, not failed), and the mode must never run again what it
-//!   checkpointed (with the mode ignoring the shard's `checkpoint`, 390 of the first 10,000
-//!   seeds fail; ignoring its live lease, five);
-//! - a consumer of the whole shard holding its lease (30 % of the partition-key scenarios):
-//!   before an invocation, now and then, it takes the shard's lease for 20 to 200 ms and does
-//!   nothing; the mode turns the shard's batches away meanwhile, and with finite retries the
-//!   mapping gives up on some, which the lane's next batch must find by their keys' marks
-//!   (`holder.rs`);
-//! - readings of rows refused (30 % of the partition-key scenarios): each reading of the keys'
-//!   or the lanes' rows is throttled by a chance of 0.2 besides the store's chaos, and the same
-//!   invocation's next one of the same rows answered, as a throttle refuses one request; every
-//!   reading whose refusal would leave a key unmarked must be read again
-//!   (`ChaosLevels::rows_throttle`);
-//! - clock skew (30 % of shard-mode scenarios): each invocation's clock off by up to ±1 s, the
-//!   processor's `clock_skew` at 1 s and the lease 3 s; in half of those served one record at a
-//!   time, ±100 ms with a 300 ms lease, and a sandbox frozen past its stored lease while a rival
-//!   delivery runs its batch (`skew.rs`).
-//! - a lagging cheap reading of the clock (every scenario): the engine's checks before each
-//!   record read `Clock::now_millis_coarse`, here 0 to 100 ms behind the precise time (the
-//!   engine trusts it only when both checks pass 100 ms later; the system's coarse clock lags
-//!   by a tick, a few milliseconds).
-//!
-//! In the partition-key mode the stream goes on with one more record of every key, each in a
-//! batch of its own: what a lane skipped is found by the marks of the keys that were in it. Its
-//! discards are drawn with deaths: the gate is told the mapping's retry attempts, and the mode
-//! marks its keys before it runs a batch; with a record age (half of them), on a stream that
-//! may reshard too, children delivered early among them, and the keys come back once the
-//! virtual time is past the record age limit plus 20 minutes: a closed parent's tail the
-//! mapping gave up on is then run by a held child (see the gate's `by_key`).
-//!
-//! Half of the discard scenarios, with a record age or without, read skipped ranges in parts of
-//! 2 to 4 records (`parts.rs`), as a range of more than 10,000 records is read: in the key mode
-//! a key of the lane whose records lie only in a later part is still the lane's, a range
-//! widened for the batch's age goes on from a part that ended below the lane's mark, a range
-//! read for the batch's age alone goes on without taking another lane's row for its own, and a
-//! closed parent too long for one held check (each in a fresh process) still has its tail run;
-//! in the shard mode a parent's tail runs in parts, one per held delivery of its child.
-//!
-//! Mapping discards are drawn on a stream that reshards too (in the shard mode): a closed parent whose last batch
-//! the mapping gave up on is recovered by its child's invocation (parent tail recovery, see the
-//! gate), and a parent's tail run so counts as the child's invocation's handling.
-//!
-//! Not drawn together, each an open limitation written in the README: key-mode discards with
-//! retries alone and a reshard (a closed parent's discarded tail holds its child until the
-//! parent expires: no lease fences a parent key's lane, and only a record age bounds when no
-//! invocation of it can run); discards with a five-method store (it keeps neither `reported` nor `contended`), with
-//! a seed consumer and stolen leases (batches turned away with only a `contended` mark, which the
-//! seed consumer's checkpoint inside them passes).
-//!
-//! A stolen lease is a stall longer than the lease (a paused process, a slow network): another
-//! owner takes the lease in the middle of an invocation, which finds out at its next renewal or
-//! at its checkpoint. Shard-mode scenarios only: the partition-key mode has no shard lease.
+//! event source and every processor: a replay runs exactly as the failing run did (two runs of a
+//! seed write the same trace, byte for byte). A failing scenario leaves its trace in
+//! `target/invariant-traces/`; `INVARIANT_TRACE=1` leaves every scenario's. `make soak` runs
+//! 100,000.
 
 #![allow(
     clippy::cast_possible_truncation,
@@ -150,11 +96,13 @@ use kinesis_checkpoint::dead_letter::MemoryQueue;
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::{
-    DiscardReason, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng, Shards,
+    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng, Shards,
 };
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::report::Disposition;
-use kinesis_checkpoint::store::{CheckpointStore, LeaseStore, SeedStore};
+use kinesis_checkpoint::store::{
+    Call, CheckpointStore, FailingChange, Layer, Layered, LeaseError, LeaseStore, Next, SeedStore,
+};
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, Handler, MemoryLeaseStore, Mode, Outcome, Position, Processor,
     Record, SequenceNumber,
@@ -180,17 +128,21 @@ enum Fault {
     /// Healthy but slow: a quarter of the function's time on every attempt, so a record after
     /// it starts near the deadline. Never a reason to dead-letter it.
     Sluggish,
+    /// Kills the invocation that runs it (out of memory, an abort) on its first `n` attempts,
+    /// before any effect; `u32::MAX`: on every attempt.
+    Kills(u32),
 }
 
 impl Fault {
-    /// Whether a record with this fault may end in the dead-letter sink, when a record gets
-    /// `max_attempts` attempts: only when it fails that often (or is rejected).
-    fn may_be_dead_lettered(self, max_attempts: u32) -> bool {
+    /// How many attempts of a record with this fault fail (a death counts: the next claim
+    /// finds it): it may end in the dead-letter sink once this, with the deaths of invocations
+    /// that died while it ran, reaches `max_attempts`.
+    fn failures(self) -> u32 {
         match self {
-            Self::Stubborn | Self::Poison => true,
-            Self::Retry(n) | Self::Panic(n) => n >= max_attempts,
-            Self::Slow => max_attempts == 1,
-            Self::None | Self::Sluggish => false,
+            Self::Stubborn | Self::Poison => u32::MAX,
+            Self::Retry(n) | Self::Panic(n) | Self::Kills(n) => n,
+            Self::Slow => 1,
+            Self::None | Self::Sluggish => 0,
         }
     }
 }
@@ -244,10 +196,20 @@ struct Journal {
     uncheckpointed: HashSet<(String, String)>,
     /// Records the mapping skipped that an invocation read back and ran.
     recovered: u64,
-    /// Records of closed parents' tails a child's invocation ran (processed or dead-lettered).
-    tails: u64,
-    /// Of them, in the partition-key mode.
-    key_tails: u64,
+    /// Invocations a record killed (`Fault::Kills`), by record.
+    kills: HashMap<String, u32>,
+    /// The invocations each record killed, by record.
+    killed_by: HashMap<String, Vec<String>>,
+    /// Batches an invocation died running, found by a later claim (the report's `died_at`).
+    deaths_found: u64,
+    /// Per invocation, the record it started last, and the record it last pinned (a careful
+    /// run's mark): a death is charged to either.
+    last_started: HashMap<String, String>,
+    last_pinned: HashMap<String, String>,
+    /// Invocations whose last write did not land (refused, failed, or the lease lost).
+    unrecorded_ends: HashSet<String>,
+    /// Records run or dead-lettered by an invocation whose event did not deliver them.
+    undelivered: Vec<String>,
     /// Shards a seed-crate consumer took over.
     takeovers: u64,
     /// Shard leases a consumer of the whole shard held, doing nothing (`holder.rs`).
@@ -280,6 +242,30 @@ struct Shared {
 impl Shared {
     fn note(&self, line: String) {
         self.trace.lock().unwrap().push(line);
+    }
+
+    /// The record at `position` killed `invocation` (`Fault::Kills`).
+    fn killed(&self, position: &str, invocation: &str) {
+        let mut journal = self.journal.lock().unwrap();
+        *journal.kills.entry(position.to_owned()).or_default() += 1;
+        journal
+            .killed_by
+            .entry(position.to_owned())
+            .or_default()
+            .push(invocation.to_owned());
+    }
+
+    /// `record` ran or was dead-lettered in `invocation`, whose event did not deliver it.
+    fn undelivered(&self, record: &Record, invocation: &str) {
+        let position = record.position().to_string();
+        self.note(format!(
+            "{invocation} runs {position}, which its event did not deliver"
+        ));
+        self.journal
+            .lock()
+            .unwrap()
+            .undelivered
+            .push(format!("{position} in {invocation}"));
     }
 
     fn handled(&self, position: &str, invocation: &str, dead_lettered: bool) {
@@ -320,10 +306,9 @@ struct Harness {
     deadline_margin: Duration,
     max_attempts: u32,
     seed_methods_only: bool,
-    /// The mapping's record age limit, which each invocation's gate is told.
-    record_age: Option<Duration>,
-    /// The mapping's finite `MaximumRetryAttempts`, which each invocation's gate is told.
-    retry_attempts: Option<u32>,
+    /// The mapping may give up on batches (outside the contract): an invocation may then read
+    /// records back that its event did not deliver.
+    discards: bool,
     /// Skipped ranges are read at most this many records at a time (`parts.rs`).
     read_cap: Option<usize>,
     /// A seed-crate consumer sharing the table takes shards over between invocations.
@@ -368,13 +353,7 @@ impl Harness {
             }),
             None => self.topology.clone(),
         };
-        let mut gate = Gate::new(topology, StartingPosition::TrimHorizon).clock(clock.clone());
-        if let Some(age) = self.record_age {
-            gate = gate.maximum_record_age(age);
-        }
-        if let Some(attempts) = self.retry_attempts {
-            gate = gate.maximum_retry_attempts(attempts);
-        }
+        let gate = Gate::new(topology, StartingPosition::TrimHorizon).clock(clock.clone());
         let processor = if self.chunked {
             processor.read_in_chunks_above(0)
         } else {
@@ -478,14 +457,24 @@ impl Function for Harness {
                     .then(|| rng.within(1..(event.records.len() as u64 + 1)))
             };
             let handled = Arc::new(AtomicU64::new(0));
+            // What the event delivered: under the contract nothing else may run.
+            let delivered: Arc<HashSet<String>> = Arc::new(
+                event
+                    .records
+                    .iter()
+                    .map(|record| record.kinesis.sequence_number.clone())
+                    .collect(),
+            );
+            let checked = (!self.discards).then(|| delivered.clone());
             let deadline = context.deadline;
             let started = self.shared.clock.now_millis();
             let handler = {
-                let (shared, invocation, death, pause) = (
+                let (shared, invocation, death, pause, checked) = (
                     self.shared.clone(),
                     invocation.clone(),
                     death.clone(),
                     pause.clone(),
+                    checked.clone(),
                 );
                 move |record: Record| {
                     let (shared, invocation, death, handled, pause) = (
@@ -495,7 +484,13 @@ impl Function for Harness {
                         handled.clone(),
                         pause.clone(),
                     );
+                    let undelivered = checked
+                        .as_ref()
+                        .is_some_and(|delivered| !delivered.contains(record.sequence().as_str()));
                     async move {
+                        if undelivered {
+                            shared.undelivered(&record, &invocation);
+                        }
                         handle(
                             record,
                             &shared,
@@ -553,6 +548,7 @@ impl Function for Harness {
                 inner: self.dead_letters.clone(),
                 shared: self.shared.clone(),
                 invocation: invocation.clone(),
+                delivered: checked,
             });
             // The mode is the builder's type: only the shard mode has a lease to set.
             let batch = async {
@@ -583,7 +579,7 @@ impl Function for Harness {
                     }
                     report = batch => {
                         let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
-                        for shard in every_shard(&report.shards) {
+                        for shard in &report.shards {
                             let records: Vec<String> = shard
                                 .records
                                 .iter()
@@ -596,17 +592,12 @@ impl Function for Harness {
                             ));
                         }
                         let mut journal = self.shared.journal.lock().unwrap();
-                        for shard in &report.shards {
-                            for parent in every_shard(&shard.parents) {
-                                let done = (parent.count(Disposition::Processed)
-                                    + parent.count(Disposition::DeadLettered)) as u64;
-                                journal.tails += done;
-                                if self.mode == Mode::PartitionKey {
-                                    journal.key_tails += done;
-                                }
-                            }
+                        if ended_unrecorded(&report) {
+                            journal.unrecorded_ends.insert(invocation.clone());
                         }
-                        for shard in every_shard(&report.shards) {
+                        journal.deaths_found +=
+                            report.shards.iter().filter(|shard| shard.died_at.is_some()).count() as u64;
+                        for shard in &report.shards {
                             // A checkpoint that did not land (refused, failed, or the lease lost on
                             // the way) leaves every record this invocation handled to be handled
                             // again, the reported one and dead-lettered ones included.
@@ -621,8 +612,7 @@ impl Function for Harness {
                                 .as_ref()
                                 .filter(|_| self.seed_methods_only)
                                 .map(|(sequence, _)| format!("{sequence}/"));
-                            // Records the mapping skipped and this invocation recovered count too,
-                            // and so do the tails of closed parents it ran, each its own shard.
+                            // Records the mapping skipped and this invocation recovered count too.
                             journal.recovered += shard.gap.as_ref().map_or(0, |gap| gap.recovered.len() as u64);
                             let recovered = shard.gap.iter().flat_map(|gap| gap.recovered.iter().cloned());
                             for record in recovered.chain(&shard.records) {
@@ -692,11 +682,18 @@ struct Journaled {
     inner: Arc<dyn DeadLetterSink>,
     shared: Arc<Shared>,
     invocation: String,
+    /// What the invocation's event delivered, when nothing else may be dead-lettered.
+    delivered: Option<Arc<HashSet<String>>>,
 }
 
 impl DeadLetterSink for Journaled {
     fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(async move {
+            if let Some(delivered) = &self.delivered
+                && !delivered.contains(letter.record.sequence().as_str())
+            {
+                self.shared.undelivered(&letter.record, &self.invocation);
+            }
             self.inner.send(letter).await?;
             self.shared.journal.lock().unwrap().letters.insert(
                 letter.record.position().to_string(),
@@ -729,6 +726,9 @@ async fn handle(
     };
     let attempt = {
         let mut journal = shared.journal.lock().unwrap();
+        journal
+            .last_started
+            .insert(invocation.to_owned(), position.clone());
         let attempt = journal.attempts.entry(position.clone()).or_default();
         *attempt += 1;
         *attempt
@@ -739,6 +739,13 @@ async fn handle(
             return Outcome::retry(error(format!("attempt {attempt}")));
         }
         Fault::Panic(n) if attempt <= n => panic!("injected panic, attempt {attempt}"),
+        Fault::Kills(n) if attempt <= n => {
+            // The process dies in the handler, before any effect (an abort, out of memory).
+            shared.note(format!("{position} kills {invocation}"));
+            shared.killed(&position, invocation);
+            death.notify_one();
+            std::future::pending::<()>().await;
+        }
         Fault::Stubborn => return Outcome::retry(error("never succeeds".to_owned())),
         Fault::Poison => return Outcome::reject(error("poison".to_owned())),
         Fault::Slow if attempt == 1 => {
@@ -803,12 +810,9 @@ struct Scenario {
     /// The store offers the seed crate's five methods only: the trait's defaults do the rest.
     seed_methods_only: bool,
     max_attempts: u32,
-    /// The mapping gives up on records (finite retries, a record age): gap recovery must
-    /// bring every one of them back.
+    /// The mapping gives up on batches (finite retries, outside the contract; shard mode):
+    /// gap recovery must bring every skipped record back.
     discards: bool,
-    /// The mapping's `MaximumRecordAgeInSeconds`, which its gate is told too (in some
-    /// discard scenarios): records are then written [`ARRIVAL_SPACING`] apart.
-    record_age: Option<Duration>,
     /// Skipped ranges are read at most this many records at a time (`parts.rs`): a range
     /// longer than one reading, as one of more than 10,000 records is in Lambda.
     read_cap: Option<usize>,
@@ -845,14 +849,20 @@ impl Scenario {
         } else {
             1
         };
+        // Mapping discards, outside the contract, in the shard mode only; drawn apart so that
+        // every other setting of a seed stays as it was.
+        let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
+        let discards = discard_rng.chance(0.3) && !partition_keys;
         let mapping = Mapping::default()
             .batch_size(rng.within(1..30) as usize)
             .parallelization_factor(factor)
-            .bisect_batch_on_function_error(rng.chance(0.3))
+            // The contract: no bisecting (drawn all the same, so a seed's other draws stay).
+            .bisect_batch_on_function_error(rng.chance(0.3) && false)
             .duplicate_deliveries(if rng.chance(0.5) { 0.2 } else { 0.0 })
             // Lambda never delivers one partition key to two invocations at once with a
-            // factor above 1; in shard mode a concurrent delivery is fenced by the lease.
-            .concurrent_deliveries(if partition_keys || rng.chance(0.5) {
+            // factor above 1; in shard mode a concurrent delivery is fenced by the lease. Not
+            // beside discards: a batch turned away by a live lease leaves no mark.
+            .concurrent_deliveries(if partition_keys || rng.chance(0.5) || discards {
                 0.0
             } else {
                 0.2
@@ -862,32 +872,14 @@ impl Scenario {
             .maximum_backoff(Duration::from_millis(20))
             .maximum_deliveries(20_000)
             .seed(seed);
-        // Mapping discards, drawn apart so that every other setting of a seed stays as it was:
-        // finite retries, as a mapping configured so gives up on records. In both modes; in
-        // the shard mode on a stream that may reshard (a closed parent's discarded tail is run
-        // by its child's invocation), in the partition-key mode on one that does not.
-        let mut discard_rng = Rng::new(seed ^ 0xD15C_A4D5);
-        let discards = discard_rng.chance(0.3);
         let mapping = if discards {
             mapping.maximum_retry_attempts(Some(discard_rng.within(0..3) as u32))
         } else {
             mapping
         };
-        // Half of them with a record age too, of 0.15 to 0.8 s on records written 5 ms apart (up
-        // to 0.4 s): a shard that lags (slow handlers, retries, deaths) drops its oldest
-        // records unreported, and the gate, told the limit, must suspect and read them.
-        let record_age = (discards && discard_rng.chance(0.5))
-            .then(|| Duration::from_millis(discard_rng.within(150..800)));
-        let mapping = mapping.maximum_record_age(record_age);
         // Half of the discards read what the mapping skipped in parts of 2 to 4 records (as
-        // Lambda reads more than 10,000 in parts), drawn apart too: in the key mode a key of
-        // the lane may first appear in a later part, known as the lane's only by its mark; in
-        // the shard mode a parent's tail is run in parts, the parent's commit reporting where
-        // the next part starts. (A part's last record read is where the next one starts: a part
-        // of 1 would never move on.) With a record age too: in the key mode the range is then
-        // widened to the keys' checkpoints, or read for the batch's age alone, and a closed
-        // parent's tail found by the held shard's oldest record. (Seeds 10,001 to 50,000, three
-        // of which once failed so, all pass.)
+        // Lambda reads more than 10,000 in parts), drawn apart too. (A part's last record read
+        // is where the next one starts: a part of 1 would never move on.)
         let mut parts_rng = Rng::new(seed ^ 0x9A27_5EAD);
         let read_cap = (discards && parts_rng.chance(0.5)).then(|| parts_rng.within(2..5) as usize);
         let chaotic = rng.chance(0.5);
@@ -901,27 +893,15 @@ impl Scenario {
         let pauses = skewed && in_flight == 1 && Rng::new(seed ^ 0x9A05E).chance(0.5);
         // In the partition-key mode drawn apart too (30 %), with any concurrency: the mode
         // holds no lease on the shard while it runs, and the consumer takes only a shard no
-        // invocation runs.
+        // invocation runs. Not beside discards: its checkpoint passes the row's mark.
         let seed_consumer = (!partition_keys
             && in_flight == 1
             && !seed_methods_only
+            && !discards
             && Rng::new(seed ^ 0x5EED_C0DE).chance(0.25))
             || (partition_keys && Rng::new(seed ^ 0x5EED_4E75).chance(0.3));
         // Drawn apart, so that every other setting of a seed stays as it was.
         let lease_holder = partition_keys && Rng::new(seed ^ 0x0401_DE25).chance(0.3);
-        // Readings of rows refused by chance (30 % of the partition-key scenarios, drawn apart
-        // too), as a throttle refuses one request: the same invocation's next reading of the
-        // same rows is answered. Aimed at the mode's readings of its keys' and lanes' rows, each of which
-        // must be read again once before the mode gives up on marking a key. (The narrow
-        // sequence of seed 7219311, a key found in a range read in parts whose reading was
-        // refused in an early part, is still not drawn: with its fix reverted, none of 60,000
-        // seeds fails even at a chance of 0.5 in every key-mode scenario; its test in
-        // `tests/gaps.rs` guards it.)
-        let rows_throttle = if partition_keys && Rng::new(seed ^ 0x0A0E_D0E5).chance(0.3) {
-            0.2
-        } else {
-            0.0
-        };
         Self {
             seed,
             shards: rng.within(1..4) as usize,
@@ -930,42 +910,31 @@ impl Scenario {
             mapping,
             mode,
             in_flight,
-            // Beside key-mode discards too: the partition-key mode, told the mapping gives up
-            // on batches, marks its keys before running one.
             death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
             chaos: if chaotic {
                 ChaosLevels {
-                    // A refused claim is remembered by a read and a mark after it (`Chaos`
-                    // answers those): only an outage through all three on every delivery of a
-                    // batch the mapping gives up on loses it (open).
                     throttle: 0.05,
                     lost_answer: 0.03,
                     latency: 0.1,
                     max_latency: Duration::from_millis(2),
-                    // Not beside discards and a seed consumer: a lease stolen just after a
-                    // batch done whole turns the next batches away with nothing but a
-                    // `contended` mark, which a seed consumer checkpointing inside them leaves
-                    // below its checkpoint, read as done (open, see the README).
-                    steal: if partition_keys || (discards && seed_consumer) {
+                    // A stolen lease turns batches away without a mark: not beside discards.
+                    steal: if partition_keys || discards {
                         0.0
                     } else {
                         0.02
                     },
                     steal_ttl: Duration::from_millis(30),
-                    rows_throttle,
+                    // A refused claim leaves no mark either.
+                    claims_answered: discards,
                 }
             } else {
-                ChaosLevels {
-                    rows_throttle,
-                    ..ChaosLevels::default()
-                }
+                ChaosLevels::default()
             },
             fault_chance: if rng.chance(0.7) { 0.15 } else { 0.0 },
             kpl: rng.chance(0.3),
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
             discards,
-            record_age,
             read_cap,
             // Up to ±1 s between invocations, the processor's default `clock_skew`; their
             // lease is then 3 s (the margin caps at a third of the TTL). The shard mode only,
@@ -993,12 +962,9 @@ impl Scenario {
     async fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
         let stream = MemoryStream::new("orders", self.shards).clock(clock);
         let mut written = Written::default();
-        // Key-mode discards reshard only with a record age told to the gate: a closed parent's
-        // tail the mapping gave up on is run by a held child once no invocation of the parent
-        // can run it, which only the record age bounds (with retries alone it stays held until
-        // the parent expires: open).
-        let reshards =
-            !(self.mode == Mode::PartitionKey && self.discards && self.record_age.is_none());
+        // Discards reshard never: a closed parent's tail the mapping gave up on is recovered by
+        // nothing (outside the contract), and its child would wait for it.
+        let reshards = !self.discards;
         let split_at = rng
             .chance(0.6)
             .then(|| rng.below(self.records))
@@ -1035,10 +1001,6 @@ impl Scenario {
             };
             self.put(&stream, &mut written, rng, &key, n, count);
             n += count.max(1);
-            if self.record_age.is_some() {
-                // Written over time, so that records age one after another.
-                tokio::time::sleep(ARRIVAL_SPACING).await;
-            }
         }
         written.stream = Some(stream);
         written
@@ -1059,8 +1021,13 @@ impl Scenario {
             if !rng.chance(self.fault_chance) {
                 return Fault::None;
             }
-            match rng.below(7) {
+            match rng.below(8) {
                 0 => Fault::Retry(rng.within(1..4) as u32),
+                // A record that kills every invocation only where deaths are counted: elsewhere
+                // the mapping would retry it for ever (the partition-key mode, a five-method
+                // store, a seed consumer releasing a dead invocation's lapsed lease).
+                7 if self.deaths_counted() && rng.chance(0.5) => Fault::Kills(u32::MAX),
+                7 => Fault::Kills(rng.within(1..5) as u32),
                 1 => Fault::Panic(rng.within(1..3) as u32),
                 // A store without a failing record counts attempts within one invocation only.
                 2 if self.seed_methods_only => Fault::Poison,
@@ -1119,6 +1086,11 @@ impl Scenario {
         written.aggregates.insert(sequence, keys);
     }
 
+    /// Whether a record that kills its invocations is found and, in the end, dead-lettered.
+    fn deaths_counted(&self) -> bool {
+        self.mode == Mode::Shard && !self.seed_methods_only && !self.seed_consumer
+    }
+
     fn replay(&self) -> String {
         format!(
             "INVARIANT_SEED={} INVARIANT_SCENARIOS=1 cargo test --test invariants -- --nocapture",
@@ -1175,60 +1147,27 @@ fn sub_position(sequence: &str, index: usize) -> String {
     Position::sub_record(sequence.parse().unwrap(), index as u64).to_string()
 }
 
-/// The stream goes on after the run: one more record on every open shard, delivered as the
-/// batch after everything the mapping delivered or gave up on (until it is answered in full),
-/// so a range the mapping discarded at the end is found and recovered as it would be in a live
-/// stream. A closed shard gets none: the mapping never delivers it again, and what it gave up
-/// on there is run by a child's invocation (parent tail recovery).
+/// The stream goes on after a run with discards: one more record on every shard (none
+/// reshards then), delivered as the batch after everything the mapping delivered or gave up on
+/// (until it is answered in full), so a range the mapping discarded at the end is found and
+/// recovered as it would be in a live stream.
 async fn later_batches(
     scenario: &Scenario,
     stream: &MemoryStream,
     written: &mut Written,
     harness: &Harness,
 ) {
-    let open: Vec<String> = Shards::list(stream)
+    let shards: Vec<String> = Shards::list(stream)
         .await
         .expect("a memory stream lists its shards")
         .into_iter()
-        .filter(|info| !info.closed)
         .map(|info| info.id)
         .collect();
-    // In the partition-key mode every key comes back, each in a batch of its own (a batch is
-    // one lane's, and which lane a key takes is the mapping's secret): what a lane skipped is
-    // found by the marks of the keys that were in it.
-    // A closed parent's tail the mapping gave up on runs, in the partition-key mode, once its
-    // youngest record is older than the record age limit, the longest batching window and the
-    // longest invocation: the keys come back after that (virtual time: an instant).
-    if scenario.mode == Mode::PartitionKey
-        && let Some(age) = scenario.record_age
-        && written.split
-    {
-        tokio::time::sleep(age + TAIL_WAIT).await;
-    }
-    let later: Vec<(String, String)> = if scenario.mode == Mode::PartitionKey {
-        let mut keys: Vec<String> = stream
-            .shard_ids()
-            .iter()
-            .flat_map(|shard| stream.records(shard))
-            .map(|record| record.partition_key.clone())
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys.into_iter()
-            .map(|key| (stream.shard_of(&key), key))
-            .collect()
-    } else {
-        open.into_iter()
-            .map(|shard| {
-                let key = (0..10_000)
-                    .map(|k| format!("later-{k}"))
-                    .find(|key| stream.shard_of(key) == shard)
-                    .expect("some key hashes to every shard");
-                (shard, key)
-            })
-            .collect()
-    };
-    for (index, (shard, key)) in later.into_iter().enumerate() {
+    for (index, shard) in shards.into_iter().enumerate() {
+        let key = (0..10_000)
+            .map(|k| format!("later-{k}"))
+            .find(|key| stream.shard_of(key) == shard)
+            .expect("some key hashes to every shard");
         let n = scenario.records + index as u64;
         let payload = Payload {
             n,
@@ -1239,19 +1178,13 @@ async fn later_batches(
         .to_json();
         let sequence = stream.put(&key, payload.clone());
         written.faults.insert(sequence.clone(), Fault::None);
-        // Arrived with the first records, or, beside a record age, as the first record a
-        // mapping delivers after dropping some for their age arrives in a stream written on:
-        // nearly as old as the limit.
-        let arrival_millis = scenario.record_age.map_or(VIRTUAL_EPOCH_MILLIS, |age| {
-            harness.shared.clock.now_millis() - age.as_millis() as u64 * 9 / 10
-        });
         let record = serde_json::json!({
             "kinesis": {
                 "kinesisSchemaVersion": "1.0",
                 "partitionKey": key,
                 "sequenceNumber": sequence,
                 "data": base64::engine::general_purpose::STANDARD.encode(&payload),
-                "approximateArrivalTimestamp": Duration::from_millis(arrival_millis).as_secs_f64(),
+                "approximateArrivalTimestamp": Duration::from_millis(VIRTUAL_EPOCH_MILLIS).as_secs_f64(),
             },
             "eventSource": "aws:kinesis",
             "eventVersion": "1.0",
@@ -1262,17 +1195,11 @@ async fn later_batches(
         });
         let event = common::event(&[record]);
         // Until a lease left by a dead invocation lapses, whatever clock it was written by;
-        // counted from the last attempt that handled a record, since a child's batch may
-        // first run a closed parent's whole discarded tail, each of its faults, deaths and
-        // lapsed leases costing attempts of its own. A run that handles nothing more for
-        // that long is stuck, and the check after says which record it left.
-        // In the partition-key mode a dead child's invocation may leave the lease of the
-        // closed parent whose tail it ran: the processor's default, capped at the 2 s left
-        // plus the default clock skew of 1 s.
-        let lease_ms = match scenario.mode {
-            Mode::Shard => harness.lease_ttl.as_millis() as u64,
-            Mode::PartitionKey => 3_000,
-        };
+        // counted from the last attempt that handled a record, since the batch first runs the
+        // discarded range, each of its faults, deaths and lapsed leases costing attempts of
+        // its own. A run that handles nothing more for that long is stuck, and the check after
+        // says which record it left.
+        let lease_ms = harness.lease_ttl.as_millis() as u64;
         let patience = 30 + 2 * (lease_ms + 2 * scenario.skew_ms) / 20;
         let (mut attempt, mut idle) = (0, 0);
         while idle < patience && attempt < 20 * patience {
@@ -1296,16 +1223,6 @@ async fn later_batches(
     }
 }
 
-/// The shards of a report, and the closed parents whose tails each ran (theirs too).
-fn every_shard(
-    shards: &[kinesis_checkpoint::report::ShardReport],
-) -> Vec<&kinesis_checkpoint::report::ShardReport> {
-    shards
-        .iter()
-        .flat_map(|shard| std::iter::once(shard).chain(every_shard(&shard.parents)))
-        .collect()
-}
-
 /// What one scenario counted.
 #[derive(Debug, Default)]
 struct Counts {
@@ -1321,57 +1238,18 @@ struct Counts {
     key_reruns_by_seed_consumer: u64,
     dead_lettered: u64,
     discarded: u64,
-    /// Of `discarded`, those dropped for their age.
-    aged_out: u64,
     recovered: u64,
-    tails: u64,
-    /// Of them, in the partition-key mode.
-    key_tails: u64,
+    /// Records that killed their invocations, and of them those dead-lettered.
+    killers: u64,
+    killers_dead_lettered: u64,
+    /// Batches an invocation died running, found by a later claim.
+    deaths_found: u64,
     takeovers: u64,
     holds: u64,
     pauses: u64,
     handoffs: [u64; 2],
-    faults: [u64; 5],
+    faults: [u64; 4],
     letters: LetterCounts,
-}
-
-/// The record age limit to run `scenario` with when the one drawn is not covered on the
-/// `stream` written: the README's limit, "a drop followed by a pause in the stream longer than
-/// a quarter of the limit is not suspected" (the first record delivered after the drop is then
-/// younger than the three quarters that make it suspected). Records are written
-/// [`ARRIVAL_SPACING`] apart, but over shards by their keys' hashes, so one shard may go
-/// without a record for longer than a quarter of the limit drawn (seed 2658: 85 ms on one of
-/// three shards, beside 196 ms). The limit is then raised past four times the longest pause
-/// in any shard, or in any lane of one with a `ParallelizationFactor` above 1 (a lane is
-/// delivered, and drops its oldest records, by itself); `None` when the drawn one is covered
-/// already.
-fn covered_record_age(scenario: &Scenario, stream: &MemoryStream) -> Option<Duration> {
-    let limit = scenario.record_age?;
-    // A lane drops its records and delivers its next: with a `ParallelizationFactor` above 1
-    // the pause that matters is between the records of one lane (the partition-key mode).
-    let mapping = &scenario.mapping;
-    let longest = stream
-        .shard_ids()
-        .iter()
-        .flat_map(|shard| {
-            let records = stream.records(shard);
-            (0..mapping.parallelization_factor)
-                .flat_map(|lane| {
-                    let arrivals: Vec<u64> = records
-                        .iter()
-                        .filter(|record| mapping.lane_of(&record.partition_key) == lane)
-                        .map(|record| record.arrival_millis)
-                        .collect();
-                    arrivals
-                        .windows(2)
-                        .map(|pair| pair[1].saturating_sub(pair[0]))
-                        .collect::<Vec<_>>()
-                })
-                .collect::<Vec<_>>()
-        })
-        .max()?;
-    let longest = Duration::from_millis(longest);
-    (longest * 4 >= limit).then(|| longest * 4 + ARRIVAL_SPACING)
 }
 
 /// Runs one scenario, noting what happens in `trace`; a violation is an error.
@@ -1382,18 +1260,6 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
     let mut written = scenario.stream(&mut rng, clock.clone()).await;
     let stream = written.stream.clone().expect("written");
-    let narrowed;
-    let scenario = match covered_record_age(scenario, &stream) {
-        Some(age) => {
-            narrowed = Scenario {
-                record_age: Some(age),
-                mapping: scenario.mapping.clone().maximum_record_age(Some(age)),
-                ..scenario.clone()
-            };
-            &narrowed
-        }
-        None => scenario,
-    };
     {
         let mut trace = trace.lock().unwrap();
         trace.push(format!("{scenario:?}"));
@@ -1446,7 +1312,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     let store: Arc<dyn CheckpointStore> = if scenario.seed_methods_only {
         Arc::new(SeedStore::new(chaos.clone()))
     } else {
-        chaos.clone()
+        Arc::new(Layered::new(chaos.clone(), Pins(shared.clone())))
     };
     let harness = Harness {
         store,
@@ -1460,8 +1326,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         deadline_margin: Duration::from_millis(50),
         max_attempts: scenario.max_attempts,
         seed_methods_only: scenario.seed_methods_only,
-        record_age: scenario.record_age,
-        retry_attempts: scenario.mapping.maximum_retry_attempts,
+        discards: scenario.discards,
         read_cap: scenario.read_cap,
         skew_ms: scenario.skew_ms,
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
@@ -1514,14 +1379,8 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         timeouts: report.timed_out.len() as u64,
         faults: *chaos.layer().injected.lock().unwrap(),
         discarded: report.discarded.len() as u64,
-        aged_out: report
-            .discarded
-            .iter()
-            .filter(|d| d.reason == DiscardReason::TooOld)
-            .count() as u64,
         recovered: journal.recovered,
-        tails: journal.tails,
-        key_tails: journal.key_tails,
+        deaths_found: journal.deaths_found,
         takeovers: journal.takeovers,
         holds: journal.holds,
         pauses: journal.pauses,
@@ -1539,6 +1398,11 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
                 "{invocation} died after handling record {position}, which was never handled again"
             ));
         }
+    }
+    if let Some(first) = journal.undelivered.first() {
+        return Err(format!(
+            "under the documented mapping an invocation ran a record its event did not deliver: {first}"
+        ));
     }
     let routing = scenario.mode == Mode::PartitionKey;
     // Every record of every shard, with its key and shard, in sequence order.
@@ -1565,11 +1429,38 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
                         .fair_starts
                         .contains(&(h.invocation.clone(), position.clone()))
                 });
-            if dead_lettered && !starved && !fault.may_be_dead_lettered(scenario.max_attempts) {
-                return Err(format!(
-                    "record {position} of {shard} ({fault:?}, {} attempts allowed) was dead-lettered: {sorted:?}",
-                    scenario.max_attempts
-                ));
+            if dead_lettered && !starved {
+                dead_letter_allowed(
+                    &journal,
+                    &report.timed_out,
+                    (&position, fault),
+                    scenario.max_attempts,
+                )
+                .map_err(|why| format!("record {position} of {shard} {why}: {sorted:?}"))?;
+            }
+            let killed = journal.kills.get(&position).copied().unwrap_or_default();
+            if let Fault::Kills(n) = fault {
+                counts.killers += 1;
+                counts.killers_dead_lettered += u64::from(dead_lettered);
+                // Each death the next claim found with the record pinned (a careful run's mark)
+                // counts: one that reached `max_attempts` so is dead-lettered, not run again.
+                let pinned_kills = journal.killed_by.get(&position).map_or(0, |killed| {
+                    killed
+                        .iter()
+                        .filter(|invocation| {
+                            journal.last_pinned.get(*invocation) == Some(&position)
+                        })
+                        .count()
+                }) as u32;
+                if scenario.deaths_counted()
+                    && !dead_lettered
+                    && (n == u32::MAX || pinned_kills >= scenario.max_attempts)
+                {
+                    return Err(format!(
+                        "record {position} of {shard} killed {killed} invocations, {pinned_kills} of them pinned ({} attempts allowed), and was never dead-lettered: {sorted:?}",
+                        scenario.max_attempts
+                    ));
+                }
             }
             for pair in sorted.windows(2) {
                 let (earlier, later) = (&pair[0], &pair[1]);
@@ -1651,13 +1542,85 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     Ok(counts)
 }
 
+/// Whether a report says its invocation's last write did not land: refused, failed, or the
+/// lease lost on the way.
+fn ended_unrecorded(report: &kinesis_checkpoint::BatchReport) -> bool {
+    report.shards.iter().any(|shard| {
+        shard.stopped.as_ref().is_some_and(|(_, reason)| {
+            reason.is_checkpoint_failure()
+                || *reason == kinesis_checkpoint::report::StopReason::Fenced
+        }) || shard.count(Disposition::Uncheckpointed) > 0
+    })
+}
+
+/// Notes, per invocation, the record its last careful mark pinned (see [`Journal`]).
+pub(crate) struct Pins(pub(crate) Arc<Shared>);
+
+impl Layer for Pins {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        let commit = call
+            .commit()
+            .or_else(|| call.transaction().map(|transaction| &transaction.commit));
+        if let (Some(commit), Some(owner)) = (commit, call.owner())
+            && commit.keep_lease
+            && let FailingChange::Set(pin) = &commit.failing
+            && let Ok(position) = Position::from_checkpoint(&pin.sequence, pin.sub_sequence)
+        {
+            self.0
+                .journal
+                .lock()
+                .unwrap()
+                .last_pinned
+                .insert(owner.to_owned(), position.to_string());
+        }
+        next.run(call)
+    }
+}
+
+/// Whether a record at `position` with `fault` may have been dead-lettered after
+/// `max_attempts` attempts: its failures, and the deaths of invocations that died (or whose
+/// last write did not land) while it was the last record they started (a killer's own are in
+/// its fault already), reach the limit.
+fn dead_letter_allowed(
+    journal: &Journal,
+    timed_out: &[String],
+    (position, fault): (&str, Fault),
+    max_attempts: u32,
+) -> Result<(), String> {
+    // An invocation that died, timed out or lost its lease before its last write landed is,
+    // to the next claim, one that died running the record it had pinned.
+    let ended_unrecorded = |invocation: &String| {
+        journal.died.contains(invocation)
+            || timed_out.contains(invocation)
+            || journal.unrecorded_ends.contains(invocation)
+    };
+    let died_running = journal
+        .last_started
+        .iter()
+        .chain(&journal.last_pinned)
+        .filter(|(invocation, last)| last.as_str() == position && ended_unrecorded(invocation))
+        .map(|(invocation, _)| invocation)
+        .collect::<HashSet<_>>()
+        .len() as u32;
+    let killed = journal.kills.get(position).copied().unwrap_or_default();
+    let charged = fault
+        .failures()
+        .saturating_add(died_running.saturating_sub(killed));
+    if charged >= max_attempts {
+        return Ok(());
+    }
+    Err(format!(
+        "({fault:?}, {max_attempts} attempts allowed, {died_running} invocations died running it) was dead-lettered"
+    ))
+}
+
 /// How many scenarios `cargo test` runs unless `INVARIANT_SCENARIOS` says otherwise: on
 /// virtual time, 10,000 take about what 1,000 took on the wall clock.
 const DEFAULT_SCENARIOS: u64 = 10_000;
-
-/// How long past a record age limit a key-mode scenario waits before its keys come back: the
-/// longest batching window (5 minutes) and the longest invocation (15 minutes), and a minute.
-const TAIL_WAIT: Duration = Duration::from_mins(21);
 
 /// Writes a scenario's trace to `target/invariant-traces/seed-N.log`.
 fn write_trace(seed: u64, trace: &[String]) {
@@ -1669,9 +1632,6 @@ fn write_trace(seed: u64, trace: &[String]) {
     )
     .unwrap();
 }
-
-/// How far apart a record-age scenario's records are written.
-const ARRIVAL_SPACING: Duration = Duration::from_millis(5);
 
 /// The share of scenarios whose invocations' clocks disagree.
 const SKEW_CHANCE: f64 = 0.3;
@@ -1738,14 +1698,10 @@ fn run_one(seed: u64) -> (Scenario, Result<Counts, String>, Vec<String>) {
     let trace = Arc::new(Mutex::new(Vec::new()));
     let outcome = runtime.block_on(async {
         // A scenario that never ends is a violation too (a shard stuck for good): two minutes
-        // of virtual time are hundreds of function time-outs (beside the wait a key-mode
-        // scenario with a record age makes for its parents' tails, see `later_batches`).
-        tokio::time::timeout(
-            Duration::from_mins(2) + TAIL_WAIT,
-            run(&scenario, trace.clone()),
-        )
-        .await
-        .unwrap_or_else(|_| Err("the run did not end within two minutes".into()))
+        // of virtual time are hundreds of function time-outs.
+        tokio::time::timeout(Duration::from_mins(2), run(&scenario, trace.clone()))
+            .await
+            .unwrap_or_else(|_| Err("the run did not end within two minutes".into()))
     });
     // The runtime goes first: tasks it still holds (a stray invocation) hold the trace too.
     drop(runtime);
@@ -1861,10 +1817,10 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
                 totals.reruns_by_seed_consumer += counts.reruns_by_seed_consumer;
                 totals.key_reruns_by_seed_consumer += counts.key_reruns_by_seed_consumer;
                 totals.discarded += counts.discarded;
-                totals.aged_out += counts.aged_out;
                 totals.recovered += counts.recovered;
-                totals.tails += counts.tails;
-                totals.key_tails += counts.key_tails;
+                totals.killers += counts.killers;
+                totals.killers_dead_lettered += counts.killers_dead_lettered;
+                totals.deaths_found += counts.deaths_found;
                 totals.takeovers += counts.takeovers;
                 totals.holds += counts.holds;
                 totals.pauses += counts.pauses;
@@ -1902,23 +1858,27 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
     );
     eprintln!("{}", totals.letters);
     eprintln!(
-        "mapping discards: {} records given up on by the mapping ({} of them too old), {} read back and run by gap recovery, {} of closed parents' tails run by a child's invocation ({} in the partition-key mode); a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit; in the partition-key mode it ran {} records again that the mode had done); {} invocations froze past their stored lease while a rival ran their batch; a consumer of the whole shard held its lease {} times in the partition-key mode, and {} readings of rows were refused, aimed",
+        "deaths: {} batches an invocation died running found by the next claim; {} records killed their invocations, {} of them dead-lettered for it",
+        totals.deaths_found, totals.killers, totals.killers_dead_lettered,
+    );
+    eprintln!(
+        "outside the contract: {} records given up on by the mapping, {} read back and run by gap recovery; a seed consumer took {} shards over ({} inside an aggregate the toolkit stopped in; it stopped inside one {} times, left to the toolkit; in the partition-key mode it ran {} records again that the mode had done); {} invocations froze past their stored lease while a rival ran their batch; a consumer of the whole shard held its lease {} times in the partition-key mode",
         totals.discarded,
-        totals.aged_out,
         totals.recovered,
-        totals.tails,
-        totals.key_tails,
         totals.takeovers,
         totals.handoffs[0],
         totals.handoffs[1],
         totals.key_reruns_by_seed_consumer,
         totals.pauses,
         totals.holds,
-        totals.faults[4]
     );
     assert!(
         count < 100 || totals.deaths > 0,
         "no death was injected: the death injection is not working"
+    );
+    assert!(
+        count < 1_000 || (totals.deaths_found > 0 && totals.killers_dead_lettered > 0),
+        "no death was found, or no killer dead-lettered: the death family is not drawn"
     );
     assert!(
         count < 1_000 || totals.holds > 0,
@@ -1929,8 +1889,8 @@ fn every_record_is_handled_once_in_order_and_parents_first_under_faults() {
         "no seed consumer ran a record in the partition-key mode: its family is not drawn"
     );
     assert!(
-        count < 1_000 || totals.faults[4] > 0,
-        "no reading of rows was refused in the partition-key mode: the aimed throttle is not drawn"
+        count < 1_000 || totals.recovered > 0,
+        "no gap was recovered in the shard mode: the discard family is not drawn"
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
 }

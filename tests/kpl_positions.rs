@@ -1,8 +1,7 @@
 //! Positions inside KPL aggregates as the row keeps them, for both real stores: `checkpoint`
 //! names a record done whole, the progress inside the next aggregate is kept beside it
 //! (`aggregate_sequence`, `aggregate_sub`) and believed only above `checkpoint`, a parent is
-//! exhausted only when nothing is left undone at its checkpoint, and rows of the 0.1.0 form
-//! (`checkpoint_sub`) are read as they meant it. `five_methods.rs` runs the same through a
+//! exhausted only when nothing is left undone at its checkpoint. `five_methods.rs` runs the same through a
 //! store with the seed crate's five methods only; `interop.rs` beside the seed crate itself.
 
 mod common;
@@ -21,47 +20,11 @@ use kinesis_checkpoint::gate::{Gate, StartingPosition};
 use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::store::{
-    Below, CheckpointStore, Commit, FailingChange, FailingRecord, LeaseError, LeaseState,
-    LeaseStore,
+    Below, CheckpointStore, Commit, FailingChange, FailingRecord, LeaseState, LeaseStore,
 };
-use kinesis_checkpoint::{
-    BoxFuture, DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Position, Processor,
-};
+use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Position, Processor};
 
 const TTL: Duration = Duration::from_mins(1);
-
-/// Both stores' step-by-step write of a position under the lease: an inherent method of each,
-/// not part of the engine's interface, named here once so one test runs on both.
-trait CheckpointPosition: LeaseStore {
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>>;
-}
-
-impl CheckpointPosition for MemoryLeaseStore {
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(Self::checkpoint_position(self, key, owner, position))
-    }
-}
-
-impl CheckpointPosition for DynamoLeaseStore {
-    fn checkpoint_position<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        owner: &'a str,
-        position: &'a Position,
-    ) -> BoxFuture<'a, Result<bool, LeaseError>> {
-        Box::pin(Self::checkpoint_position(self, key, owner, position))
-    }
-}
 
 /// The parent's row after sub-record 4 of its aggregate was retried, `attempts` times.
 async fn assert_stopped_inside_the_aggregate<S: LeaseStore + ?Sized>(
@@ -77,9 +40,8 @@ async fn assert_stopped_inside_the_aggregate<S: LeaseStore + ?Sized>(
             row.checkpoint.as_deref(),
             row.aggregate_sequence.as_deref(),
             row.aggregate_sub,
-            row.checkpoint_sub
         ),
-        (Some(plain), Some(aggregate), Some(3), None),
+        (Some(plain), Some(aggregate), Some(3)),
         "`checkpoint` names the plain record, done whole; the aggregate's progress is beside it"
     );
     let failing = row
@@ -101,8 +63,8 @@ async fn assert_stopped_inside_the_aggregate<S: LeaseStore + ?Sized>(
     assert_eq!((row.lease_owner.as_deref(), row.expires_at), (None, None));
 }
 
-/// Item 1 of issue 14, through the fault wrapper so that its forwarding is tested too: the
-/// parent's last record is an aggregate, sub-record 4 is retried, a child's batch comes.
+/// Through the fault wrapper so that its forwarding is tested too: the parent's last record is
+/// an aggregate, sub-record 4 is retried, a child's batch comes and waits for the parent.
 async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_record<
     S: LeaseStore + CheckpointStore,
 >(
@@ -112,9 +74,8 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
     let ran = Ran::default();
     let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon);
     let faulty = Arc::new(faulty(store.clone()));
-    // Sub-record 4 fails twice: on the parent's delivery, and again when the child's
-    // invocation runs the parent's tail (its row reports the sub-record: parent tail recovery).
-    let processor = Processor::new(faulty, noting_times(&ran, Some(4), 2)).gate(gate);
+    // Sub-record 4 fails on the parent's first delivery.
+    let processor = Processor::new(faulty, noting_times(&ran, Some(4), 1)).gate(gate);
     let parent = LeaseKey::new(STREAM, PARENT);
 
     let first = process(&processor, event_of(&stream, PARENT, None), "r1").await;
@@ -129,15 +90,8 @@ async fn a_parent_ending_in_an_aggregate_holds_its_child_until_the_last_sub_reco
         "the child runs only after sub-records 4 to 9: {:?}",
         held.stopped
     );
-    assert_eq!(
-        held.parents
-            .first()
-            .and_then(|tail| tail.stopped.clone())
-            .map(|(s, _)| s.to_string()),
-        Some(aggregate.clone()),
-        "the child's invocation ran the parent's tail, which stopped at the same sub-record"
-    );
-    assert_stopped_inside_the_aggregate(store.as_ref(), &plain, &aggregate, 2).await;
+    assert_eq!(held.checkpoint, None, "the held child runs nothing");
+    assert_stopped_inside_the_aggregate(store.as_ref(), &plain, &aggregate, 1).await;
 
     assert_eq!(
         LeaseStore::read(store.as_ref(), &parent)
@@ -238,10 +192,6 @@ async fn in_dynamodb_a_parent_ending_in_an_aggregate_holds_its_child_until_the_l
 fn rows_to_finish() -> Vec<(&'static str, LeaseState, bool)> {
     let (p, s, t) = ("4900000001", "4900000002", "4900000003");
     let failing_at = |position: &Position| FailingRecord::first(position, "busy", 1);
-    let mut legacy = LeaseState::default();
-    legacy.checkpoint = Some(s.to_owned());
-    legacy.checkpoint_sub = Some(3);
-    legacy.failing = Some(failing_at(&inside(s, 4)));
     let mut partial = LeaseState::default();
     partial.checkpoint = Some(p.to_owned());
     partial.aggregate_sequence = Some(s.to_owned());
@@ -257,11 +207,6 @@ fn rows_to_finish() -> Vec<(&'static str, LeaseState, bool)> {
     stale_same_length_failing.checkpoint = Some(t.to_owned());
     stale_same_length_failing.failing = Some(failing_at(&whole(t)));
     vec![
-        (
-            "a row of the 0.1.0 form inside its last aggregate",
-            legacy,
-            false,
-        ),
         ("a partial aggregate above the checkpoint", partial, false),
         ("a failing record above the checkpoint", failing, false),
         (
@@ -286,9 +231,6 @@ fn item(key: &str, state: &LeaseState) -> std::collections::HashMap<String, Attr
     ]);
     if let Some(c) = &state.checkpoint {
         item.insert("checkpoint".to_owned(), s(c));
-    }
-    if let Some(sub) = state.checkpoint_sub {
-        item.insert("checkpoint_sub".to_owned(), n(sub));
     }
     if let (Some(a), Some(sub)) = (&state.aggregate_sequence, state.aggregate_sub) {
         item.insert("aggregate_sequence".to_owned(), s(a));
@@ -351,11 +293,7 @@ async fn assert_finishes_only_when_nothing_is_undone(
             "{what}"
         );
         assert_eq!(row.expires_at, Some(1_900_000_000), "{what}");
-        assert_eq!(
-            (row.aggregate_sequence, row.checkpoint_sub),
-            (None, None),
-            "{what}"
-        );
+        assert_eq!(row.aggregate_sequence, None, "{what}");
     } else {
         assert_eq!(row.checkpoint, state.checkpoint, "{what}: untouched");
         assert_eq!(row.expires_at, None, "{what}");
@@ -372,10 +310,7 @@ async fn write_memory(store: &MemoryLeaseStore, key: &LeaseKey, state: &LeaseSta
         .clone()
         .map_or(FailingChange::Keep, FailingChange::Set);
     let checkpoint = state.checkpoint.as_deref().unwrap();
-    if let Some(sub) = state.checkpoint_sub {
-        commit.checkpoint = Some(inside(checkpoint, sub));
-        commit.below = Below::Legacy;
-    } else if let (Some(aggregate), Some(sub)) = (&state.aggregate_sequence, state.aggregate_sub) {
+    if let (Some(aggregate), Some(sub)) = (&state.aggregate_sequence, state.aggregate_sub) {
         commit.checkpoint = Some(inside(aggregate, sub));
         commit.below = Below::Record(checkpoint.parse().unwrap());
     } else {
@@ -395,16 +330,8 @@ async fn memory_finishes_a_shard_only_when_nothing_is_left_undone_at_its_checkpo
         write_memory(&store, &key, &state).await;
         let row = store.read(&key).await.unwrap();
         assert_eq!(
-            (
-                row.checkpoint.as_deref(),
-                row.checkpoint_sub,
-                row.aggregate_sub
-            ),
-            (
-                state.checkpoint.as_deref(),
-                state.checkpoint_sub,
-                state.aggregate_sub
-            ),
+            (row.checkpoint.as_deref(), row.aggregate_sub),
+            (state.checkpoint.as_deref(), state.aggregate_sub),
             "{what}: written as meant"
         );
         assert_finishes_only_when_nothing_is_undone(&store, &key, &state, finishable, what).await;
@@ -459,155 +386,4 @@ async fn a_seed_style_writer_sees_only_whole_records_and_leaves_no_stale_positio
         expected,
         "nothing the seed consumer did runs again here"
     );
-}
-
-/// Rows of the 0.1.0 form are read as they meant it, and the next write past the aggregate
-/// rewrites them in the new form (memory; `tests/interop.rs` does it in `DynamoDB`).
-#[tokio::test]
-async fn a_row_of_the_first_version_inside_an_aggregate_resumes_there_and_is_rewritten_once_past_it()
- {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let stream = MemoryStream::new(STREAM, 1);
-    stream.put("plain", "before");
-    let (outer_key, aggregate_bytes) = ten_sub_records();
-    let aggregate = stream.put(&outer_key, aggregate_bytes);
-    let key = LeaseKey::new(STREAM, PARENT);
-    let mut legacy = Commit::default();
-    legacy.checkpoint = Some(inside(&aggregate, 3));
-    legacy.below = Below::Legacy;
-    assert!(memory.acquire(&key, "0.1.0", TTL).await.unwrap());
-    assert!(memory.commit(&key, "0.1.0", &legacy).await.unwrap());
-
-    let ran = Ran::default();
-    let processor = Processor::new(memory.clone(), noting(&ran, Some(6)));
-    process(
-        &processor,
-        event_of(&stream, PARENT, Some(&aggregate)),
-        "r1",
-    )
-    .await;
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.checkpoint_sub,
-            row.aggregate_sequence
-        ),
-        (Some(aggregate.as_str()), Some(5), None),
-        "no record before the aggregate is known: the old form, moved on"
-    );
-    process(
-        &processor,
-        event_of(&stream, PARENT, Some(&aggregate)),
-        "r2",
-    )
-    .await;
-    let row = memory.read(&key).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.checkpoint_sub,
-            row.aggregate_sequence
-        ),
-        (Some(aggregate.as_str()), None, None),
-        "done whole: the new form"
-    );
-    let expected: Vec<String> = (4..10).map(|sub| format!("{aggregate}/{sub}")).collect();
-    assert_eq!(*ran.lock().unwrap(), expected);
-}
-
-/// `checkpoint_position` inside the aggregate a 0.1.0 row stopped in keeps that row's form (its
-/// `checkpoint` names the aggregate, so progress beside it would be read as stale), and
-/// elsewhere leaves `checkpoint` as it is.
-async fn a_position_inside_an_aggregate_keeps_the_form_of_the_row<S: CheckpointPosition>(
-    store: &S,
-    legacy: &LeaseKey,
-    fresh: &LeaseKey,
-) {
-    let s = "4900000002";
-    assert!(store.acquire(legacy, "me", TTL).await.unwrap());
-    assert!(
-        store
-            .checkpoint_position(legacy, "me", &inside(s, 5))
-            .await
-            .unwrap()
-    );
-    let row = store.read(legacy).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.checkpoint_sub,
-            row.aggregate_sequence.as_deref()
-        ),
-        (Some(s), Some(5), None)
-    );
-    assert_eq!(row.position().unwrap(), Some(inside(s, 5)));
-    assert!(
-        store
-            .checkpoint_position(legacy, "me", &whole(s))
-            .await
-            .unwrap()
-    );
-    let row = store.read(legacy).await.unwrap();
-    assert_eq!(
-        (row.checkpoint.as_deref(), row.checkpoint_sub),
-        (Some(s), None)
-    );
-
-    assert!(store.acquire(fresh, "me", TTL).await.unwrap());
-    assert!(
-        store
-            .checkpoint_position(fresh, "me", &whole("4900000001"))
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .checkpoint_position(fresh, "me", &inside(s, 2))
-            .await
-            .unwrap()
-    );
-    let row = store.read(fresh).await.unwrap();
-    assert_eq!(
-        (
-            row.checkpoint.as_deref(),
-            row.aggregate_sequence.as_deref(),
-            row.aggregate_sub,
-            row.checkpoint_sub
-        ),
-        (Some("4900000001"), Some(s), Some(2), None)
-    );
-    assert!(
-        !store
-            .checkpoint_position(fresh, "other", &inside(s, 3))
-            .await
-            .unwrap(),
-        "fenced"
-    );
-}
-
-#[tokio::test]
-async fn in_both_stores_a_position_inside_an_aggregate_keeps_the_form_of_the_row() {
-    let (legacy, fresh) = (
-        LeaseKey::new(STREAM, "shardId-000000000001"),
-        LeaseKey::new(STREAM, "shardId-000000000002"),
-    );
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(inside("4900000002", 3));
-    commit.below = Below::Legacy;
-
-    let memory = MemoryLeaseStore::new();
-    assert!(memory.acquire(&legacy, "0.1.0", TTL).await.unwrap());
-    assert!(memory.commit(&legacy, "0.1.0", &commit).await.unwrap());
-    a_position_inside_an_aggregate_keeps_the_form_of_the_row(&memory, &legacy, &fresh).await;
-
-    let (dynamo, _, _) = dynamo().await;
-    assert!(dynamo.acquire(&legacy, "0.1.0", TTL).await.unwrap());
-    assert!(dynamo.commit(&legacy, "0.1.0", &commit).await.unwrap());
-    let row = dynamo.read(&legacy).await.unwrap();
-    assert_eq!(
-        (row.checkpoint.as_deref(), row.checkpoint_sub),
-        (Some("4900000002"), Some(3))
-    );
-    a_position_inside_an_aggregate_keeps_the_form_of_the_row(&dynamo, &legacy, &fresh).await;
 }

@@ -254,18 +254,14 @@ async fn a_transaction_sent_again_with_its_token_applies_once_in_the_memory_stor
         .unwrap();
     assert!(matches!(
         claim,
-        kinesis_checkpoint::store::Claim::Acquired(_)
+        kinesis_checkpoint::store::Claim::Acquired { .. }
     ));
     let mut commit = Commit::default();
     commit.checkpoint = Some(kinesis_checkpoint::Position::record(
         sequence(1).parse().unwrap(),
     ));
-    let transaction = Transaction::new(
-        commit,
-        false,
-        vec![count_up("totals", "all")],
-        "kc-1".to_owned(),
-    );
+    commit.keep_lease = true;
+    let transaction = Transaction::new(commit, vec![count_up("totals", "all")], "kc-1".to_owned());
     for _ in 0..2 {
         assert_eq!(
             store.transact(&key(), owner, &transaction).await.unwrap(),

@@ -707,23 +707,21 @@ fn stream_delivery(
     event(&records)
 }
 
-/// A closed parent's tail the mapping gave up on, run by its held child under a transactional
-/// handler: each of the tail's records commits its writes with its key's row, so every
-/// record's writes land once (the parent's done records are not run again, the failed one runs
-/// once more), the keys' rows end at their last records with nothing failing, the parent's row
-/// is released and `SHARD_END`, and the child's own records run after.
+/// A resharded stream under a transactional handler: a child delivered while its parent
+/// retries a record waits; the mapping's redelivery of the parent commits each record's writes
+/// with its key's row, so every record's writes land once (the parent's done records are not
+/// run again, the failed one runs once more), the keys' rows end at their last records with
+/// nothing failing, the parent is `SHARD_END`, and the child's own records run after.
 #[tokio::test(start_paused = true)]
 #[allow(
     clippy::too_many_lines,
     reason = "one scenario, from the parent's batches to the child's, with every row checked"
 )]
-async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_each_records_writes_once()
- {
+async fn in_the_key_mode_a_child_waits_for_its_parents_retry_and_each_records_writes_land_once() {
     use kinesis_checkpoint::Position;
     use kinesis_checkpoint::clock::{Clock, TokioClock};
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
     use std::sync::Mutex;
-    use std::time::Duration;
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
     let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1).clock(clock.clone());
     // Two keys; the parent holds 0 to 5, one child both keys' 6 to 9 (the keys share a child
@@ -764,9 +762,8 @@ async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_eac
             std::future::ready(effect)
         }
     };
-    let gate = Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon)
-        .clock(clock.clone())
-        .maximum_record_age(Duration::from_mins(1));
+    let gate =
+        Gate::new(Arc::new(stream.clone()), StartingPosition::TrimHorizon).clock(clock.clone());
     let processor = Processor::transactional_by_partition_key(store.clone(), handler)
         .clock(clock.clone())
         .gate(gate);
@@ -788,41 +785,52 @@ async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_eac
     };
     assert!(parent_rows("key-0").await.failing.is_some(), "2 failed");
 
-    // The mapping gives up on the parent's last batch; once no invocation of the parent can
-    // run any of it (the limit, the longest batching window and the longest invocation), the
-    // held child runs its tail.
+    // Each child comes while the parent retries record 2: it waits, and runs nothing.
     let mut children: Vec<String> = (0..2)
         .map(|key| stream.shard_of(&format!("key-{key}")))
         .collect();
     children.dedup();
-    tokio::time::sleep(Duration::from_mins(21) + Duration::from_secs(5)).await;
-    let mut tails = 0;
-    for (index, child) in children.iter().enumerate() {
-        let count = stream.records(child).len();
-        let report = processor
-            .process_batch(
-                stream_delivery(&stream, child, 0..count),
-                &context(&format!("c{index}"), 60_000),
-            )
-            .await
-            .unwrap();
-        let shard = &report.shards[0];
-        assert!(shard.stopped.is_none(), "{report:?}");
-        tails += shard
-            .parents
-            .iter()
-            .map(|tail| tail.count(Disposition::Processed))
-            .sum::<usize>();
-    }
+    let deliver_children = |round: &'static str| {
+        let (processor, stream, children) = (&processor, &stream, children.clone());
+        async move {
+            let mut held = 0;
+            for (index, child) in children.iter().enumerate() {
+                let count = stream.records(child).len();
+                let report = processor
+                    .process_batch(
+                        stream_delivery(stream, child, 0..count),
+                        &context(&format!("{round}{index}"), 60_000),
+                    )
+                    .await
+                    .unwrap();
+                held += usize::from(matches!(
+                    report.shards[0].stopped,
+                    Some((_, kinesis_checkpoint::report::StopReason::Held(_)))
+                ));
+            }
+            held
+        }
+    };
+    assert_eq!(deliver_children("early").await, children.len());
     assert_eq!(
-        tails, 2,
-        "the tail (2 and 4) ran once, in the first child's invocation"
+        *ran.lock().unwrap(),
+        [0, 1, 3, 5],
+        "the held children ran nothing"
     );
+    // The mapping delivers the parent again from record 2; then the children run.
+    processor
+        .process_batch(
+            stream_delivery(&stream, SHARD, 2..6),
+            &context("p3", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deliver_children("late").await, 0);
     let ran = ran.lock().unwrap().clone();
     assert_eq!(
         &ran[..6],
         [0, 1, 3, 5, 2, 4],
-        "the parent's tail before any child record"
+        "the parent's retry before any child record"
     );
     let mut sorted = ran.clone();
     sorted.sort_unstable();
@@ -852,17 +860,10 @@ async fn in_the_key_mode_a_closed_parents_tail_run_by_its_held_child_commits_eac
             "{key}"
         );
         assert_eq!(row.failing, None, "{key} is settled");
-        // The parent's lanes are delivered no more: the marks of its last batch stay, and
-        // the row expires.
-        assert_eq!(
-            row.reported.map(|mark| mark.to_string()),
-            Some(records[2].sequence.clone()),
-            "{key}"
-        );
     }
     let row = store.read(&parent).await.unwrap();
     assert_eq!(row.position().unwrap(), Some(Position::ShardEnd));
-    assert_eq!(row.lease_owner, None, "the parent's lease is released");
+    assert_eq!(row.lease_owner, None, "no lease is left on the parent");
     for child in &children {
         for record in stream.records(child) {
             let key = row_key(

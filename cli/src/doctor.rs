@@ -297,7 +297,8 @@ impl Template {
                 format!(
                     "MaximumRetryAttempts is {retries}: after that many retries Lambda discards \
                      the batch, payloads included, while the toolkit is still retrying a failing \
-                     record or holding a child shard until its parents finish"
+                     record or holding a child shard until its parents finish (the shard mode \
+                     reads such a gap back; the partition-key mode cannot see it)"
                 ),
                 "set `MaximumRetryAttempts: -1`; the toolkit dead-letters poison records itself",
             );
@@ -309,7 +310,8 @@ impl Template {
                 Severity::Error,
                 format!(
                     "MaximumRecordAgeInSeconds is {age}: older records are discarded by Lambda, \
-                     payloads included, while the toolkit may still be holding or retrying them"
+                     payloads included, while the toolkit may still be holding or retrying them \
+                     (the shard mode reads such a gap back; the partition-key mode cannot see it)"
                 ),
                 "set `MaximumRecordAgeInSeconds: -1` (records then live until the stream's retention)",
             );
@@ -342,9 +344,7 @@ impl Template {
     }
 
     /// The function's settings that must agree with the mapping: the checkpoint mode with the
-    /// `ParallelizationFactor`, the gate's limits with the mapping's finite
-    /// `MaximumRetryAttempts` and `MaximumRecordAgeInSeconds`, and the gate's starting position
-    /// with the mapping's.
+    /// `ParallelizationFactor`, and the gate's starting position with the mapping's.
     fn check_environment(
         &self,
         subject: &str,
@@ -395,37 +395,6 @@ impl Template {
                 ),
                 "keep it if you plan to raise ParallelizationFactor; otherwise remove CHECKPOINT_MODE",
             );
-        }
-        // A mapping that gives up on records must say so to the gate, which then finds what it
-        // skipped (the partition-key mode marks its keys early; a closed parent's tail runs).
-        for (property, variable) in [
-            ("MaximumRetryAttempts", "MAXIMUM_RETRY_ATTEMPTS"),
-            ("MaximumRecordAgeInSeconds", "MAXIMUM_RECORD_AGE_SECONDS"),
-        ] {
-            let Some(limit) = self.number(&mapping[property]).filter(|limit| *limit != -1) else {
-                continue;
-            };
-            let told = environment.get(variable).map(|v| self.number(v));
-            if told != Some(Some(limit)) {
-                let says = match told {
-                    None => "is not set".to_owned(),
-                    Some(Some(n)) => format!("is {n}"),
-                    Some(None) => "is not a number".to_owned(),
-                };
-                find(
-                    Severity::Error,
-                    format!(
-                        "{property} is {limit} but {function}'s {variable} {says}: its gate is not \
-                         told that the mapping gives up on records, so a batch every invocation \
-                         dies on, records dropped for their age, and a closed parent's tail in the \
-                         partition-key mode are lost"
-                    ),
-                    &format!(
-                        "set the function's environment variable `{variable}` from the value the \
-                         mapping's {property} reads (one template parameter for both)"
-                    ),
-                );
-            }
         }
         let starting = self.value(&mapping["StartingPosition"]);
         if let (Some(mapping_start), Some(function_start)) = (

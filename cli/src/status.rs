@@ -2,11 +2,10 @@
 //! its checkpoint is, what keeps failing, and, when the stream can be read, how far behind the
 //! checkpoint is.
 //!
-//! The partition-key mode keeps a row per partition key (`stream:shard:key`) and, while a
-//! lane's skipped range is read in parts, a row per lane (`stream:shard#lane:mark`), and while
-//! a closed parent is read towards its end, one for that (`stream:shard#scan`). None is a
-//! shard: a shard's key rows are counted on its line, with the keys that keep failing, and the
-//! others are not shown (no shard id holds a `:` or a `#`, so the key says which is which).
+//! The partition-key mode keeps a row per partition key (`stream:shard:key`): a shard's key
+//! rows are counted on its line, with the keys that keep failing. Rows an earlier version kept
+//! for its reading in parts (`stream:shard#...`) are not shown (no shard id holds a `:` or a
+//! `#`, so the key says which is which).
 //!
 //! The lag is measured, not estimated: the records after the checkpoint are read from the
 //! stream (up to [`MAX_COUNTED`]) and the oldest one's arrival time gives the age of the work
@@ -107,13 +106,13 @@ enum RowKind<'a> {
         shard: String,
         partition_key: &'a str,
     },
-    /// A lane's or a scan's row (`#`: where a reading in parts goes on).
-    Lane,
+    /// A row an earlier version kept for a reading in parts (`stream:shard#...`).
+    Obsolete,
 }
 
 impl<'a> RowKind<'a> {
-    /// `stream:shard`, `stream:shard:key` or `stream:shard#lane:mark`: a shard id holds neither
-    /// a `:` nor a `#`, nor does a stream name.
+    /// `stream:shard`, `stream:shard:key` or `stream:shard#...`: a shard id holds neither a `:`
+    /// nor a `#`, nor does a stream name.
     fn of(lease_key: &'a str) -> Self {
         let Some((stream, rest)) = lease_key.split_once(':') else {
             return Self::Shard;
@@ -121,7 +120,7 @@ impl<'a> RowKind<'a> {
         let lane = rest.find('#');
         let key = rest.find(':');
         match (lane, key) {
-            (Some(lane), key) if key.is_none_or(|key| lane < key) => Self::Lane,
+            (Some(lane), key) if key.is_none_or(|key| lane < key) => Self::Obsolete,
             (_, Some(key)) => Self::Key {
                 shard: format!("{stream}:{}", &rest[..key]),
                 partition_key: &rest[key + 1..],
@@ -186,7 +185,7 @@ impl Failing {
 }
 
 /// The shards' statuses of `rows`: shard rows as they are, partition keys' rows counted on their
-/// shard's line (a line of its own when the shard has no row), lane rows left out.
+/// shard's line (a line of its own when the shard has no row), obsolete rows left out.
 fn shard_statuses(rows: &[Row], now: u64) -> Vec<ShardStatus> {
     let mut shards: BTreeMap<String, ShardStatus> = BTreeMap::new();
     let mut keys: Vec<(String, &str, &LeaseState)> = Vec::new();
@@ -202,7 +201,7 @@ fn shard_statuses(rows: &[Row], now: u64) -> Vec<ShardStatus> {
                 shard,
                 partition_key,
             } => keys.push((shard, partition_key, &row.state)),
-            RowKind::Lane => {}
+            RowKind::Obsolete => {}
         }
     }
     keys.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
@@ -557,11 +556,11 @@ mod tests {
         );
         assert_eq!(
             RowKind::of("orders:shardId-000000000000#lane:4959/2"),
-            RowKind::Lane
+            RowKind::Obsolete
         );
         assert_eq!(
             RowKind::of("orders:shardId-000000000000#scan"),
-            RowKind::Lane
+            RowKind::Obsolete
         );
     }
 }

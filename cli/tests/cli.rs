@@ -17,7 +17,7 @@ use common::moto::{Moto, create_lease_table, create_table, unique};
 use common::temp_file::TempFile;
 use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::{
-    CheckpointStore, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore, ReportedChange,
+    CheckpointStore, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore,
 };
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use serde_json::Value;
@@ -198,11 +198,11 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
     );
 }
 
-/// The partition-key mode's rows (one per key, one per lane reading a skipped range in parts)
-/// are not shards: the keys are counted on their shard's line, with the ones failing, and the
-/// lanes' rows are not shown.
+/// The partition-key mode's rows (one per key) are not shards: the keys are counted on their
+/// shard's line, with the ones failing; rows an earlier version kept for its readings in parts
+/// (`#`) are not shown.
 #[tokio::test]
-async fn status_counts_a_shards_partition_keys_on_its_line_and_shows_no_lane_rows() {
+async fn status_counts_a_shards_partition_keys_on_its_line_and_shows_no_obsolete_rows() {
     let moto = Moto::shared();
     let (_, table, store) = fresh_table(moto).await;
     let row = |name: String| LeaseKey::new("orders", name);
@@ -215,7 +215,7 @@ async fn status_counts_a_shards_partition_keys_on_its_line_and_shows_no_lane_row
         0,
     ));
     let mut lane_row = KeyCommit::new(row(format!("{SHARD}#lane:{}", common::sequence(3))), 0);
-    lane_row.reported = ReportedChange::Set(position(6));
+    lane_row.checkpoint = Some(position(6));
     let other = KeyCommit::new(row("shardId-000000000001:supplier".to_owned()), 0);
     assert_eq!(
         store
@@ -522,9 +522,8 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
             copied.checkpoint,
             copied.aggregate_sequence,
             copied.aggregate_sub,
-            copied.checkpoint_sub
         ),
-        (None, Some(common::sequence(10)), Some(2), None)
+        (None, Some(common::sequence(10)), Some(2))
     );
     assert_eq!(
         store.row(&newer).await.unwrap().checkpoint,
@@ -707,7 +706,7 @@ async fn import_kcl_reads_the_stream_so_a_plain_record_is_neither_replayed_nor_s
         .await
         .unwrap();
     assert_eq!(
-        (row.checkpoint, row.checkpoint_sub),
+        (row.checkpoint, row.aggregate_sequence),
         (Some(second), None),
         "a plain record is done whole: the next batch starts after it"
     );

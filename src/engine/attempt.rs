@@ -268,7 +268,7 @@ impl<H: Handler> Runner<'_, H> {
             _ => reason.to_string(),
         };
         let attempts = failing.failed(&position, &error, self.invocation.now());
-        let Some(sink) = &self.settings.dead_letters else {
+        if self.settings.dead_letters.is_none() {
             if rejected {
                 tracing::warn!(
                     sequence = %record.sequence(),
@@ -278,13 +278,31 @@ impl<H: Handler> Runner<'_, H> {
                 );
             }
             return Err(reason);
-        };
+        }
         let dead_reason = if rejected {
             DeadLetterReason::Rejected
         } else if attempts >= self.settings.max_attempts {
             DeadLetterReason::Exhausted
         } else {
             return Err(reason);
+        };
+        self.dead_letter(record, attempts, error, dead_reason, failing)
+            .await
+    }
+
+    /// Sends `record` to the dead-letter sink after `attempts` attempts, the last one's `error`
+    /// with it, and moves past it; or says why the shard stops there instead (the lease was
+    /// lost meanwhile, the sink failed). Only with a sink.
+    pub(crate) async fn dead_letter(
+        &self,
+        record: &Record,
+        attempts: u32,
+        error: String,
+        dead_reason: DeadLetterReason,
+        failing: &mut Failing,
+    ) -> Result<Disposition, StopReason> {
+        let Some(sink) = &self.settings.dead_letters else {
+            return Err(StopReason::Retry(error));
         };
         // A handler that ran long may have outlived the lease, and a new owner may have run
         // the record since: a dead letter sent now would be a second handling of it. Reported

@@ -118,15 +118,6 @@ impl Entry {
             Self::Placed(placed) => Position::record(placed.sequence.clone()),
         }
     }
-
-    /// When the record reached the stream, for a record that can run (read or placed).
-    pub(crate) fn arrival(&self) -> Option<std::time::SystemTime> {
-        match self {
-            Self::Record(record) => Some(record.arrival()),
-            Self::Placed(placed) => Some(placed.arrival),
-            Self::Malformed(..) | Self::AfterMalformed(_) | Self::Undecodable(_) => None,
-        }
-    }
 }
 
 /// What asking a placed entry for what only its record knows means: a stage that reads
@@ -206,11 +197,6 @@ pub(crate) struct ShardBatch {
     /// Where the payloads of the [`Entry::Placed`] among `entries` are; `None` when there are
     /// none.
     pub(crate) payloads: Option<Payloads>,
-    /// For a closed parent's tail read in part (run by a held child): the parent's first
-    /// record not read. The batch's last write reports it when the batch runs whole, in the
-    /// same write as the progress, so the row goes on proving the rest of the tail to the
-    /// child's next delivery even when that write's answer is lost.
-    pub(crate) reads_on: Option<Position>,
 }
 
 /// The event's records grouped by stream and shard, keeping order, as [`group`] says. An event
@@ -231,7 +217,6 @@ pub(crate) fn group_event(
                 key,
                 entries,
                 payloads: None,
-                reads_on: None,
             };
             (vec![group], Vec::new(), None)
         }
@@ -245,7 +230,6 @@ pub(crate) fn group_event(
                 key,
                 entries,
                 payloads: Some(payloads),
-                reads_on: None,
             };
             (vec![group], Vec::new(), None)
         }
@@ -358,7 +342,6 @@ fn group(
                 key,
                 entries,
                 payloads: None,
-                reads_on: None,
             });
         }
     }
@@ -485,7 +468,6 @@ mod tests {
         assert_eq!(shape(&groups), shape(&by_record));
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].entries.len(), 3);
-        assert!(groups[0].reads_on.is_none());
         assert!(orphans.is_empty() && unreportable.is_none());
     }
 

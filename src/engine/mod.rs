@@ -14,10 +14,11 @@
 //! | `attempt` | the shared attempt runner: one record, guarded, failures and dead letters |
 //! | `ordered` | sequential dispatch, a large event's records read a chunk at a time |
 //! | `keyed` | per-key dispatch |
-//! | `recovery` | records the mapping skipped, read and put before the batch |
+//! | `recovery` | records a mapping outside the contract skipped, read and put before the batch |
 //! | `transactional` | a transactional handler's writes committed with the checkpoint, in chunks |
 //! | `shard_lease` | the shard mode's lease: the claim that reads the row, keep-alive, release |
 //! | `shard` | the shard mode: gate, dedupe, dispatch, one checkpoint write |
+//! | `careful` | the shard mode after a death: one record at a time, each pinned before it runs |
 //! | `partition_key` | the partition-key mode: a row per key |
 //!
 //! Every dispatcher runs a record through the one attempt runner, so a record is treated alike
@@ -26,6 +27,7 @@
 
 mod attempt;
 mod batch;
+mod careful;
 mod invocation;
 mod keyed;
 mod ordered;
@@ -108,10 +110,7 @@ pub(crate) async fn run<H: Handler>(
         shards
     };
     // Metered, the invocation counts its own requests and checkpoint latencies, apart from
-    // others this process runs at the same time (Lambda Managed Instances). That scope is
-    // boxed: held in place, its state (twice the shards' own) made this future and every one
-    // around it larger, and each is copied whole as it is created and awaited, unmetered too
-    // (BENCHMARKS.md, section 1, eighteenth round).
+    // others this process runs at the same time (Lambda Managed Instances).
     report.shards = match (&settings.meter, &started) {
         (Some(meter), Some(started)) => Box::pin(meter.scope(started, shards)).await,
         _ => shards.await,
@@ -137,30 +136,10 @@ async fn run_shard<H: Handler>(
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
-    // Boxed, one block per shard: the handler's future is held in the dispatch's own state
-    // (not boxed per record), so a shard's run is as large as the handler's future makes it,
-    // and the caller's future need not be.
-    //
-    // Written into an uninitialised block where it is built, rather than `Box::pin`ned:
-    // `Box::pin` built the run aside and copied all of it into its block (6.7 KB with the
-    // bench's handler, however little of it is in use before its first poll), about 200 ns of a
-    // batch's 3 us of fixed cost (BENCHMARKS.md, section 1, eighteenth round). Only where the
-    // future is built in the call's own argument does it land in place: passed through a
-    // helper function, even one always inlined, it was copied again.
+    // Boxed, one block per shard: the handler's future lives in the dispatch's own state, so
+    // a shard's run is as large as the handler's future makes it, and the caller's need not be.
     match settings.mode {
-        Mode::Shard => {
-            Box::into_pin(Box::write(
-                Box::new_uninit(),
-                shard::run_shard(settings, group, invocation),
-            ))
-            .await
-        }
-        Mode::PartitionKey => {
-            Box::into_pin(Box::write(
-                Box::new_uninit(),
-                partition_key::run_shard(settings, group, invocation),
-            ))
-            .await
-        }
+        Mode::Shard => Box::pin(shard::run_shard(settings, group, invocation)).await,
+        Mode::PartitionKey => Box::pin(partition_key::run_shard(settings, group, invocation)).await,
     }
 }

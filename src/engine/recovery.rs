@@ -11,14 +11,14 @@ use super::invocation::Invocation;
 use super::ordered::Dispatched;
 use super::settings::Settings;
 use crate::gap::{
-    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, ReadFrom,
-    SkippedRange, detect, suspected,
+    CannotRead, GapOutcome, GapReport, MAX_RECOVERED_RECORDS, RangeRead, ReadBudget, SkippedRange,
+    detect,
 };
 use crate::gate::{Gate, TopologyError};
 use crate::key::LeaseKey;
 use crate::record::Record;
 use crate::report::{Disposition, RecordReports, ShardReport, StopReason};
-use crate::sequence::{Position, SequenceNumber};
+use crate::sequence::Position;
 use crate::store::LeaseState;
 
 /// The batch's entries with the recovered ones first.
@@ -56,33 +56,19 @@ pub(crate) async fn recover<H>(
         cut: None,
         gap,
     };
-    let proven = entries
+    let Some(range) = entries
         .first()
-        .and_then(|first| detect(state, checkpoint, &first.position()));
-    // Never checkpointed, under a `TRIM_HORIZON` mapping with a record age: the marked record
-    // is the first the mapping delivered, and it may have dropped older ones for their age
-    // before delivering anything.
-    let from_start = checkpoint.is_none()
-        && settings
-            .gate
-            .as_deref()
-            .and_then(Gate::record_age)
-            .is_some_and(|(_, from_start)| from_start);
-    let (range, suspicion) = match proven {
-        Some(range) if from_start => (
-            SkippedRange {
-                from: ReadFrom::TrimHorizon,
-                before: range.before,
-            },
-            false,
-        ),
-        Some(range) => (range, false),
-        None => match aged(settings, checkpoint, entries.first(), invocation) {
-            Some(range) => (range, true),
-            None => return Ok(unchanged(entries, None)),
-        },
+        .and_then(|first| detect(state, checkpoint, &first.position()))
+    else {
+        return Ok(unchanged(entries, None));
     };
-    let skipped = match read_skipped(settings, key, &range, invocation, Keep::ALL).await {
+    tracing::error!(
+        stream = key.stream(),
+        shard = key.shard(),
+        %range,
+        "the event source mapping skipped records (a finite MaximumRetryAttempts or MaximumRecordAgeInSeconds, a re-created mapping, or records expired from the stream)"
+    );
+    let skipped = match read_skipped(settings, key, &range, invocation).await {
         Ok(skipped) => skipped,
         Err(Unreadable::NoReader) => {
             return Ok(unchanged(
@@ -103,31 +89,7 @@ pub(crate) async fn recover<H>(
             return Err(Box::new((entries, gap, reason)));
         }
     };
-    if suspicion && skipped.complete && skipped.entries.is_empty() && skipped.rest.is_empty() {
-        // Nothing was dropped after all: the batch follows its checkpoint.
-        return Ok(unchanged(entries, None));
-    }
     prepend(key, range, skipped, entries)
-}
-
-/// The range before the batch's `first` entry that the mapping may have dropped for its age
-/// (see [`suspected`]): only with a gate that knows the mapping's record age limit.
-fn aged<H>(
-    settings: &Settings<H>,
-    checkpoint: Option<&Position>,
-    first: Option<&Entry>,
-    invocation: &Invocation,
-) -> Option<SkippedRange> {
-    let (limit, from_start) = settings.gate.as_deref()?.record_age()?;
-    let first = first?;
-    let arrival = crate::clock::millis_since_epoch(first.arrival()?);
-    let age = invocation.now().saturating_sub(arrival);
-    suspected(
-        checkpoint,
-        &first.position(),
-        (age, crate::store::memory::millis(limit)),
-        from_start,
-    )
 }
 
 /// Puts the records read of `range` before the batch's `entries`.
@@ -202,8 +164,7 @@ fn prepend(
 }
 
 /// Reads `range` of the shard of `key` through the gate's topology, within half the
-/// invocation's time left (the records must run too) and [`MAX_RECOVERED_RECORDS`]: the one
-/// reading of both gap recovery and parent tail recovery.
+/// invocation's time left (the records must run too) and [`MAX_RECOVERED_RECORDS`].
 async fn read<H>(
     settings: &Settings<H>,
     gate: &Gate,
@@ -220,63 +181,32 @@ async fn read<H>(
         .await
 }
 
-/// The records read, as entries, unpacked as a batch's are.
+/// The records read, as entries, through the event's own intake: KPL aggregates unpacked as a
+/// batch's are.
 fn unpack<H>(settings: &Settings<H>, records: Vec<Record>) -> Vec<Entry> {
     let entries: Vec<Entry> = records.into_iter().map(Entry::Record).collect();
-    #[cfg(feature = "kpl")]
     if settings.deaggregate {
-        return super::batch::deaggregate(entries);
+        super::batch::deaggregate(entries)
+    } else {
+        entries
     }
-    // Without the `kpl` feature, nothing is unpacked.
-    let _ = settings;
-    entries
-}
-
-/// What to keep of a range read by [`read_skipped`].
-#[derive(Clone, Copy)]
-pub(crate) struct Keep<'a> {
-    /// Only records older than this (epoch milliseconds of age, against the invocation's
-    /// clock): the first younger one is not run, and is where the next delivery reads on.
-    pub(crate) older_than: Option<u64>,
-    /// The entries (unpacked) to run; the others are left out.
-    pub(crate) filter: &'a (dyn Fn(&Entry) -> bool + Sync),
-}
-
-impl Keep<'_> {
-    /// Every record read.
-    pub(crate) const ALL: Keep<'static> = Keep {
-        older_than: None,
-        filter: &|_| true,
-    };
 }
 
 /// What [`read_skipped`] read of a range.
-pub(crate) struct Skipped {
-    /// The records to run, unpacked as a batch's are, in order, filtered.
+struct Skipped {
+    /// The records to run, unpacked as a batch's are, in order.
     pub(crate) entries: Vec<Entry>,
     /// The first record not to run here, unpacked: the last one read when the range was read
-    /// in part (the next delivery reads on from it), or the first one too young. Empty when
-    /// every record read is in `entries` or filtered out.
+    /// in part (the next delivery reads on from it). Empty when the whole range was read.
     pub(crate) rest: Vec<Entry>,
     /// Whether the whole range was read.
     pub(crate) complete: bool,
     /// How many stream records were read (a KPL aggregate counts once).
     pub(crate) records: usize,
-    /// The last record read before `rest`, filtered out or not.
-    pub(crate) read_to: Option<SequenceNumber>,
-}
-
-impl Skipped {
-    /// Where the next delivery reads on from, when not everything read is to run here.
-    pub(crate) fn unread(&self) -> Option<Position> {
-        self.rest
-            .first()
-            .map(|entry| Position::record(entry.sequence().clone()))
-    }
 }
 
 /// Why [`read_skipped`] read nothing.
-pub(crate) enum Unreadable {
+enum Unreadable {
     /// Nothing can read the range (no gate, or a topology that reads no record): logged as
     /// lost.
     NoReader,
@@ -284,16 +214,13 @@ pub(crate) enum Unreadable {
     Failed(TopologyError),
 }
 
-/// The one reading of a range the mapping will not deliver (gap recovery in both modes, and a
-/// closed parent's tail): through the gate's topology, within half the time left and
-/// [`MAX_RECOVERED_RECORDS`], unpacked as a batch's records are; `keep` bounds it by age and
-/// filters what runs.
-pub(crate) async fn read_skipped<H>(
+/// Reads a range the mapping will not deliver: through the gate's topology, within half the
+/// time left and [`MAX_RECOVERED_RECORDS`], unpacked as a batch's records are.
+async fn read_skipped<H>(
     settings: &Settings<H>,
     key: &LeaseKey,
     range: &SkippedRange,
     invocation: &Invocation,
-    keep: Keep<'_>,
 ) -> Result<Skipped, Unreadable> {
     let Some(gate) = settings.gate.as_deref() else {
         lost(
@@ -316,100 +243,18 @@ pub(crate) async fn read_skipped<H>(
     };
     let read = records.len();
     // Read in part: the last record read is where the next delivery reads on from.
-    let mut rest = if complete { None } else { records.pop() };
-    if let Some(limit) = keep.older_than {
-        let now = invocation.now();
-        let young = records.iter().position(|record| {
-            now.saturating_sub(crate::clock::millis_since_epoch(record.arrival())) <= limit
-        });
-        if let Some(young) = young {
-            rest = records.drain(young..).next();
-        }
-    }
-    let read_to = records.last().map(|last| last.sequence().clone());
-    let mut entries = unpack(settings, records);
-    entries.retain(|entry| (keep.filter)(entry));
+    let rest = if complete { None } else { records.pop() };
     Ok(Skipped {
-        entries,
+        entries: unpack(settings, records),
         rest: rest.map_or_else(Vec::new, |rest| unpack(settings, vec![rest])),
         complete,
         records: read,
-        read_to,
-    })
-}
-
-/// What a held child's invocation read of a closed parent's tail.
-pub(crate) struct Tail {
-    /// The tail's records after the parent's checkpoint (an aggregate the checkpoint is inside
-    /// of whole: dedupe drops the sub-records done), to run as a batch of the parent.
-    pub(crate) entries: Vec<Entry>,
-    /// The first record not run, when the tail was read in part: the parent's row is marked
-    /// there, so that the next held batch of a child reads on.
-    pub(crate) unread: Option<Position>,
-}
-
-/// Reads the tail of the closed `parent`, whose row is `row`, after its checkpoint to the
-/// shard's end, with [`read_skipped`] (see the gate's "Parent tail recovery"). `None` when
-/// there is nothing to run: no gate, no record read, or a reading that failed (logged; the
-/// child stays held).
-pub(crate) async fn read_tail<H>(
-    settings: &Settings<H>,
-    parent: &LeaseKey,
-    row: &LeaseState,
-    invocation: &Invocation,
-) -> Option<Tail> {
-    let gate = settings.gate.as_deref()?;
-    let range = gate.tail_range(row)?;
-    // A parent whose row proves no trouble (no `reported` record, no `contended` mark that
-    // is above its checkpoint or that another writer passed; never read: no row at all) has its tail read only because the mapping
-    // has a record age limit. Records older than the limit the mapping drops, never delivering
-    // them; younger ones it may still deliver, so they are left to it (the first of them is
-    // where the next held child reads on).
-    let checkpoint = row.position().ok().flatten();
-    let proven = row.reported.is_some() || crate::gap::contended_open(row, checkpoint.as_ref());
-    let older_than = gate
-        .record_age()
-        .filter(|_| !proven)
-        .map(|(limit, _)| crate::store::memory::millis(limit));
-    let keep = Keep {
-        older_than,
-        ..Keep::ALL
-    };
-    let skipped = match read_skipped(settings, parent, &range, invocation, keep).await {
-        Ok(skipped) => skipped,
-        Err(Unreadable::NoReader) => return None,
-        Err(Unreadable::Failed(error)) => {
-            tracing::warn!(
-                stream = parent.stream(),
-                parent = parent.shard(),
-                %range,
-                %error,
-                "could not read the tail of a closed parent the mapping no longer delivers; the child stays held"
-            );
-            return None;
-        }
-    };
-    if skipped.entries.is_empty() {
-        return None;
-    }
-    tracing::info!(
-        stream = parent.stream(),
-        parent = parent.shard(),
-        %range,
-        records = skipped.records,
-        complete = skipped.complete,
-        "a closed parent's tail holds a child and its row proves trouble: running the tail under the parent's lease"
-    );
-    let unread = skipped.unread();
-    Some(Tail {
-        entries: skipped.entries,
-        unread,
     })
 }
 
 /// Logs a range nothing can read: neither processed nor dead-lettered.
-pub(crate) fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
-    tracing::error!(
+fn lost(key: &LeaseKey, range: &SkippedRange, why: &str) {
+    tracing::warn!(
         stream = key.stream(),
         shard = key.shard(),
         %range,

@@ -1,155 +1,120 @@
 //! The shard mode (`ParallelizationFactor` 1): one lease and one checkpoint per shard.
 //!
-//! One shard's records, in order: claim the lease and read the row in one request, pass the
-//! [gate](crate::gate), recover what the mapping skipped ([`recovery`](super::recovery)),
-//! dedupe against the checkpoint, dispatch (in order or per key) while the lease is kept alive,
-//! and write the checkpoint, the failing record and the release in one conditional write.
+//! One shard's records, in order: claim the lease and read the row in one request (the claim
+//! marks the batch it attempts), pass the [gate](crate::gate), recover what a mapping outside
+//! the contract skipped ([`recovery`](super::recovery)), dedupe against the checkpoint,
+//! dispatch while the lease is kept alive (in order, per key, or one record at a time after a
+//! death: [`careful`](super::careful)), and write the checkpoint, the failing record and the
+//! release in one conditional write.
 
 use std::sync::Arc;
 
-use tracing::Instrument;
-
 use super::attempt::Runner;
 use super::batch::{Entry, Settled, ShardBatch, prior, settled, stop_all};
+use super::careful;
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed;
 use super::ordered::{self, Committed, Dispatched};
-use super::recovery::{self, Recovery, Tail, recover};
+use super::recovery::{self, Recovery, recover};
 use super::settings::Settings;
-use super::shard_lease::{claim, keep_alive, release};
+use super::shard_lease::{Claimed, claim, keep_alive, release};
 #[cfg(feature = "dynamodb")]
 use super::transactional;
 use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, PositionSource, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
-use crate::store::{
-    Below, BoxFuture, CheckpointStore, Commit, LeaseState, ReportedChange, commit_again_once,
-};
+use crate::store::{Below, CheckpointStore, Commit, LeaseState, ReportedChange, commit_again_once};
 
-/// Claim, dedupe, dispatch, checkpoint and release one shard's records.
-#[allow(
-    clippy::too_many_lines,
-    reason = "the steps of one invocation, in order, clearer in one place"
-)]
+/// The shard as dispatch takes it: the claimed row, the batch (skipped records first), and
+/// what the steps before dispatch settled.
+pub(super) struct Ready {
+    pub(super) key: LeaseKey,
+    pub(super) state: LeaseState,
+    pub(super) entries: Vec<Entry>,
+    /// The checkpoint as read: everything at or below it is done.
+    pub(super) checkpoint: Option<Position>,
+    /// The parents the gate just learnt, to write with the checkpoint.
+    pub(super) parent_shards: Option<Vec<String>>,
+    /// How many of `entries` lead them as duplicates, at or below the checkpoint.
+    pub(super) skipped: usize,
+    /// How many records after those may run: fewer than all when a skipped range was read in
+    /// part (the rest comes with the next delivery).
+    pub(super) runnable: usize,
+    /// How many of `entries` were read back from the stream (a gap).
+    pub(super) recovered: usize,
+}
+
+impl Ready {
+    /// The records after the duplicates: the ones dispatch is given, up to `runnable`.
+    pub(super) fn pending(&self) -> &[Entry] {
+        &self.entries[self.skipped..]
+    }
+}
+
+/// Claim, gate, recover, dedupe, dispatch, checkpoint and release one shard's records.
 pub(crate) async fn run_shard<H: Handler>(
     settings: &Settings<H>,
     group: ShardBatch,
     invocation: &Invocation,
 ) -> ShardReport {
-    run_shard_at(settings, group, invocation, 0).await
-}
-
-/// [`run_shard_at`] boxed, for the run of a parent's tail inside a child's: its type names no
-/// future of its own, so the recursion is `Send`.
-fn run_boxed<'a, H: Handler>(
-    settings: &'a Settings<H>,
-    group: ShardBatch,
-    invocation: &'a Invocation,
-    depth: usize,
-) -> BoxFuture<'a, ShardReport> {
-    Box::pin(run_shard_at(settings, group, invocation, depth))
-}
-
-/// How many generations of closed parents one invocation recovers the tails of, above the
-/// delivered shard: a chain of resharding whose every tail the mapping gave up on.
-const MAX_TAIL_DEPTH: usize = 3;
-
-/// [`run_shard`] for a shard `depth` generations above the delivered one (0: the batch's own;
-/// above: a parent whose tail a held child's invocation recovers).
-#[allow(
-    clippy::too_many_lines,
-    reason = "the steps of one invocation, in order, clearer in one place"
-)]
-async fn run_shard_at<H: Handler>(
-    settings: &Settings<H>,
-    group: ShardBatch,
-    invocation: &Invocation,
-    depth: usize,
-) -> ShardReport {
-    // Only in-order dispatch reads the records as it goes: per-key dispatch and the
-    // transactional commit read every record's key first.
-    let in_order = settings.max_in_flight <= 1 && !settings.transactional;
-    let group = if in_order { group } else { group.read_whole() };
-    let ShardBatch {
-        key,
-        entries,
-        mut payloads,
-        reads_on,
-    } = group;
+    let key = group.key.clone();
     let owner = invocation.owner.as_str();
     let skew = settings.clock_skew.min(settings.lease_ttl / 3);
     let ttl = invocation.lease_ttl(settings.lease_ttl, skew);
     let mut report = ShardReport::empty(key.clone());
-    let first = entries.first().map(Entry::position);
+    let first = group.entries.first().map(Entry::position);
 
     // The stored expiry is counted from when the claim was sent, not from its answer: the
     // local view of the lease starts there too, and lapses a skew margin early.
     let lease = LeaseWatch::starting_at(invocation.now(), ttl, skew);
-    let state = match claim(settings, &key, owner, ttl, (first.as_ref(), &entries)).await {
-        Ok(state) => state,
-        Err(reason) => return stop_all(report, &entries, reason),
+    let Claimed { state, died_at } = match claim(settings, &key, owner, ttl, first.as_ref()).await {
+        Ok(claimed) => claimed,
+        Err(reason) => return stop_all(report, &group.entries, reason),
     };
-    // The gate may read Kinesis for a while: the lease is renewed meanwhile, and a gate that
-    // outlasts it leaves nothing dispatched.
-    let gated = tokio::select! {
-        biased;
-        gated = pass_gate(settings, (&key, owner), &state, first.as_ref(), (invocation, depth)) => gated,
-        () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
-    };
-    let (gated, parents) = gated;
-    report.parents = parents;
-    let (checkpoint, parent_shards) = match gated {
-        Ok(gated) => gated,
-        Err(reason) => return stop_all(report, &entries, reason),
-    };
+    if let Some(died_at) = &died_at {
+        tracing::warn!(
+            %died_at,
+            "an invocation died running this shard (its lease lapsed without a checkpoint); running the batch one record at a time"
+        );
+        report.died_at = Some(died_at.clone());
+    }
+    // After a death, and until the record pinned then comes back, one record at a time.
+    let careful = died_at.is_some() || careful::suspect(&state);
+    // Only in-order dispatch reads the records as it goes: per-key dispatch, the transactional
+    // commit and the careful run read every record first.
+    let in_order = settings.max_in_flight <= 1 && !settings.transactional && !careful;
+    let ShardBatch {
+        entries,
+        mut payloads,
+        ..
+    } = if in_order { group } else { group.read_whole() };
 
-    // Records the mapping skipped run first; `recovered` of the entries are theirs, and
-    // dispatch stops before `cut` (a record not read yet) when the range was read in part.
-    // Reading them may take a while: the lease is renewed meanwhile.
-    let recovering = recover_or_release(
+    // The gate and a gap's reading may take a while: the lease is renewed meanwhile.
+    let preparing = prepare(
         settings,
         (&key, owner),
-        (&state, checkpoint.as_ref()),
-        parent_shards,
+        state,
         entries,
         invocation,
         &mut report,
     );
-    let recovered = tokio::select! {
+    let prepared = tokio::select! {
         biased;
-        recovered = recovering => recovered,
+        prepared = preparing => prepared,
         () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
     };
-    let (recovery, parent_shards) = match recovered {
-        Ok(recovered) => recovered,
-        Err(stopped) => return stop_all(report, &stopped.0, stopped.1),
+    let ready = match prepared {
+        Ok(ready) => ready,
+        Err((entries, reason)) => return stop_all(report, &entries, reason),
     };
-    let Recovery {
-        entries,
-        recovered,
-        cut,
-        gap,
-    } = recovery;
-    report.gap = gap;
-
-    // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
-    let done_before = |entry: &Entry| {
-        checkpoint
-            .as_ref()
-            .is_some_and(|c| entry.cmp_position(c).is_le())
-    };
-    let skipped = entries
-        .iter()
-        .take_while(|entry| done_before(entry))
-        .count();
-    let pending = &entries[skipped..];
-    if skipped > 0 {
-        tracing::info!(skipped, "skipped records at or below the checkpoint");
+    if ready.skipped > 0 {
+        tracing::info!(
+            skipped = ready.skipped,
+            "skipped records at or below the checkpoint"
+        );
     }
-    let runnable = cut.map_or(pending.len(), |cut| cut.saturating_sub(skipped));
 
-    // Dispatch, with the lease renewed in the background while it runs.
     #[cfg(feature = "dynamodb")]
     let staged = super::attempt::Staged::default();
     let runner = Runner {
@@ -159,19 +124,21 @@ async fn run_shard_at<H: Handler>(
         #[cfg(feature = "dynamodb")]
         staged: Some(&staged),
     };
-    let failing = state.failing.clone();
     let dispatching = async {
-        let pending = &pending[..runnable];
-        if settings.max_in_flight > 1 {
+        let pending = &ready.pending()[..ready.runnable];
+        let failing = ready.state.failing.clone();
+        let done_above = &ready.state.done_above;
+        if careful {
+            careful::dispatch(&runner, &ready, owner).await
+        } else if settings.max_in_flight > 1 {
             let limits = keyed::Limits {
                 by_routing_key: false,
                 max_in_flight: settings.max_in_flight,
                 max_done_above: settings.max_done_above,
             };
-            keyed::dispatch(&runner, pending, failing, &state.done_above, limits).await
+            keyed::dispatch(&runner, pending, failing, done_above, limits).await
         } else {
-            let payloads = payloads.as_mut();
-            ordered::dispatch(&runner, pending, payloads, failing, &state.done_above).await
+            ordered::dispatch(&runner, pending, payloads.as_mut(), failing, done_above).await
         }
     };
     let mut dispatched = tokio::select! {
@@ -179,209 +146,132 @@ async fn run_shard_at<H: Handler>(
         dispatched = dispatching => dispatched,
         () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
     };
-    if runnable < pending.len() {
-        recovery::stop_at_unread(&mut dispatched, runnable, pending.len());
+    if ready.runnable < ready.pending().len() {
+        recovery::stop_at_unread(&mut dispatched, ready.runnable, ready.pending().len());
     }
 
-    // Checkpoint and release in one conditional write; with a transactional handler, the
-    // records' writes with it, in as many transactions as the limits ask for (see
-    // `transactional`).
-    let last = |dispatched: &Dispatched| {
-        last_write(
-            (&entries, reads_on.as_ref()),
-            pending,
-            (&state, checkpoint.as_ref()),
-            parent_shards.as_deref(),
-            dispatched,
-        )
-    };
     #[cfg(feature = "dynamodb")]
-    let (dispositions, stopped, checkpointed) = if settings.transactional {
+    let committed = if settings.transactional {
         let staged = std::mem::take(
             &mut *staged
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         let shard = transactional::Shard {
-            key: &key,
+            key: &ready.key,
             owner,
-            state: &state,
-            entries: &entries,
-            pending,
+            state: &ready.state,
+            entries: &ready.entries,
+            pending: ready.pending(),
         };
-        // Boxed: the largest state this function awaits, held in place it made every shard's
-        // run larger by half, transactional or not.
+        let last = |dispatched: &Dispatched| last_write(&ready, dispatched);
         Box::pin(transactional::commit(
             &runner, &shard, staged, dispatched, &last,
         ))
         .await
     } else {
-        commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await
+        commit_plain(settings.store.as_ref(), &ready, owner, dispatched).await
     };
     #[cfg(not(feature = "dynamodb"))]
-    let (dispositions, stopped, checkpointed) =
-        commit_plain(settings.store.as_ref(), &key, owner, dispatched, &last).await;
-    report.checkpoint = checkpointed;
-
-    // The report keeps the entries and reads their positions when asked: no report is built
-    // per record.
-    let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
-    let entries = Arc::new(Settled(entries));
-    let source: Arc<dyn PositionSource> = entries.clone();
-    let runs = std::iter::once((Disposition::Duplicate, skipped))
-        .chain(dispositions.into_iter().map(|disposition| (disposition, 1)));
-    let records = RecordReports::shared(source, 0, runs);
-    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
-        let sequence = entries.0[index].sequence().clone();
-        tracing::info!(%sequence, %reason, "reporting the first record not done");
-        report.stopped = Some((sequence, reason));
-    }
-    report
+    let committed = commit_plain(settings.store.as_ref(), &ready, owner, dispatched).await;
+    finish(report, ready, committed)
 }
 
-/// Reads the claimed row's checkpoint and passes the gate: a child shard waits until its
-/// parents are finished, and its invocation may recover a parent's tail meanwhile (see the
-/// gate's "Parent tail recovery"). Returns the checkpoint and the parents just learnt, or why
-/// nothing may run, the lease released; and the reports of the parents' tails run.
-async fn pass_gate<H: Handler>(
+/// Reads the claimed row's checkpoint, passes the gate and puts the records a mapping outside
+/// the contract skipped before the batch's. When nothing may run, releases the lease
+/// (remembering the batch) and returns the entries and why.
+async fn prepare<H>(
     settings: &Settings<H>,
     (key, owner): (&LeaseKey, &str),
-    state: &LeaseState,
-    first: Option<&Position>,
-    (invocation, depth): (&Invocation, usize),
-) -> (
-    Result<(Option<Position>, Option<Vec<String>>), StopReason>,
-    Vec<ShardReport>,
-) {
-    let mut parents = Vec::new();
-    let gated = gate_or_tail(
-        settings,
-        (key, owner),
-        state,
-        first,
-        (invocation, depth),
-        &mut parents,
-    )
-    .await;
-    (gated, parents)
-}
-
-/// [`pass_gate`], the reports of the parents' tails run pushed to `parents`.
-async fn gate_or_tail<H: Handler>(
-    settings: &Settings<H>,
-    (key, owner): (&LeaseKey, &str),
-    state: &LeaseState,
-    first: Option<&Position>,
-    (invocation, depth): (&Invocation, usize),
-    parents: &mut Vec<ShardReport>,
-) -> Result<(Option<Position>, Option<Vec<String>>), StopReason> {
+    state: LeaseState,
+    entries: Vec<Entry>,
+    invocation: &Invocation,
+    report: &mut ShardReport,
+) -> Result<Ready, (Vec<Entry>, StopReason)> {
+    let store = settings.store.as_ref();
     let checkpoint = match state.position() {
         Ok(checkpoint) => checkpoint,
         Err(error) => {
             tracing::error!(%error, "the shard's checkpoint is unreadable; processing nothing");
-            release(
-                settings.store.as_ref(),
-                key,
-                owner,
-                None,
-                ReportedChange::Keep,
-            )
-            .await;
-            return Err(StopReason::BadCheckpoint(error.to_string()));
+            release(store, key, owner, None, ReportedChange::Keep).await;
+            return Err((entries, StopReason::BadCheckpoint(error.to_string())));
         }
     };
-    let Some(gate) = &settings.gate else {
-        return Ok((checkpoint, None));
-    };
-    let mut verdict = gate.check(settings.store.as_ref(), key, state).await;
-    // A merge has two parents, each perhaps with a tail to run: one recovery per parent.
-    while verdict.held.is_some() && parents.len() < 2 && depth < MAX_TAIL_DEPTH {
-        let Some(parent) = verdict.tail.take() else {
-            break;
-        };
-        let Some((tail, whole)) = parent_tail(settings, &parent, invocation, depth).await else {
-            break;
-        };
-        parents.push(tail);
-        if !whole {
-            break;
+    let first = entries.first().map(Entry::position);
+    let mut parent_shards = None;
+    if let Some(gate) = &settings.gate {
+        let verdict = gate.check(store, key, &state).await;
+        if let Some(held) = verdict.held {
+            tracing::warn!(%held, "holding the shard back until its parents are finished");
+            // The row remembers the held batch: a mapping outside the contract that gives up
+            // on it is caught as a gap once the parents are finished.
+            let remember = crate::gap::nothing_ran(&state, checkpoint.as_ref(), first.as_ref());
+            release(store, key, owner, verdict.learnt_parents, remember).await;
+            return Err((entries, StopReason::Held(held)));
         }
-        let learnt = verdict.learnt_parents.take();
-        verdict = gate.check(settings.store.as_ref(), key, state).await;
-        if verdict.learnt_parents.is_none() {
-            verdict.learnt_parents = learnt;
-        }
+        parent_shards = verdict.learnt_parents;
     }
-    if let Some(held) = verdict.held {
-        tracing::warn!(%held, "holding the shard back until its parents are finished");
-        // The row remembers the held batch: if the mapping gives up on it, the batch after
-        // it is caught as a gap once the parents are finished.
-        let remember = crate::gap::nothing_ran(state, checkpoint.as_ref(), first);
-        release(
-            settings.store.as_ref(),
-            key,
-            owner,
-            verdict.learnt_parents,
-            remember,
-        )
-        .await;
-        return Err(StopReason::Held(held));
-    }
-    Ok((checkpoint, verdict.learnt_parents))
-}
-
-/// Runs the tail of the closed `parent` that holds a child: read after its checkpoint to the
-/// shard's end (see [`read_tail`](recovery::read_tail)) and run as a batch of the parent, under
-/// its lease, through the same claim, gate, dedupe, dispatch and commit as a delivered batch.
-/// `None` when nothing was read; otherwise the parent's report, and whether its tail ran to the
-/// shard's end (then the gate finds it exhausted).
-async fn parent_tail<H: Handler>(
-    settings: &Settings<H>,
-    parent: &LeaseKey,
-    invocation: &Invocation,
-    depth: usize,
-) -> Option<(ShardReport, bool)> {
-    let row = match settings.store.read(parent).await {
-        Ok(row) => row,
-        Err(error) => {
-            tracing::warn!(%error, parent = parent.shard(), "could not read the parent's row; the child stays held");
-            return None;
-        }
-    };
-    let Tail { entries, unread } = recovery::read_tail(settings, parent, &row, invocation).await?;
-    let batch = ShardBatch {
-        key: parent.clone(),
+    let Recovery {
         entries,
-        payloads: None,
-        reads_on: unread.clone(),
+        recovered,
+        cut,
+        gap,
+    } = match recover(
+        settings,
+        key,
+        &state,
+        checkpoint.as_ref(),
+        entries,
+        invocation,
+    )
+    .await
+    {
+        Ok(recovery) => recovery,
+        Err(unrecovered) => {
+            let (entries, gap, reason) = *unrecovered;
+            let remember = crate::gap::nothing_ran(&state, checkpoint.as_ref(), first.as_ref());
+            release(store, key, owner, parent_shards, remember).await;
+            report.gap = Some(gap);
+            return Err((entries, reason));
+        }
     };
-    // Boxed: a parent's run may recover its own parent's tail in turn. In a span of its own,
-    // inside the child's: its lines name the parent's records, and the parent as their shard.
-    let span = tracing::info_span!(
-        "shard",
-        stream = parent.stream(),
-        shard = parent.shard(),
-        records = batch.entries.len(),
-    );
-    let report = run_boxed(settings, batch, invocation, depth + 1)
-        .instrument(span)
-        .await;
-    let ran_whole = report.stopped.is_none();
-    Some((report, ran_whole && unread.is_none()))
+    report.gap = gap;
+    // Dedupe: everything at or below the checkpoint was done by an earlier delivery.
+    let skipped = entries
+        .iter()
+        .take_while(|entry| {
+            checkpoint
+                .as_ref()
+                .is_some_and(|c| entry.cmp_position(c).is_le())
+        })
+        .count();
+    let pending = entries.len() - skipped;
+    let runnable = cut.map_or(pending, |cut| cut.saturating_sub(skipped));
+    Ok(Ready {
+        key: key.clone(),
+        state,
+        entries,
+        checkpoint,
+        parent_shards,
+        skipped,
+        runnable,
+        recovered,
+    })
 }
 
-/// What the last write of an invocation carries, given what dispatch did: the checkpoint
+/// What a write of the shard's row carries, given what dispatch did so far: the checkpoint
 /// (an aggregate whose last sub-record is done is checkpointed whole: `checkpoint` names
 /// records done whole, and a parent ending in it is then exhausted at it), the record below
 /// it, the failing record, the parents just learnt, the records done above it and the
 /// reported record. The first is the new checkpoint, when it moved.
-pub(crate) fn last_write(
-    (entries, reads_on): (&[Entry], Option<&Position>),
-    pending: &[Entry],
-    (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: Option<&[String]>,
-    dispatched: &Dispatched,
-) -> (Option<Position>, Commit) {
+pub(super) fn last_write(ready: &Ready, dispatched: &Dispatched) -> (Option<Position>, Commit) {
+    let Ready {
+        state,
+        entries,
+        checkpoint,
+        ..
+    } = ready;
+    let checkpoint = checkpoint.as_ref();
     let progress = dispatched
         .done_through
         .clone()
@@ -398,22 +288,17 @@ pub(crate) fn last_write(
     let stopped_at = dispatched
         .stopped
         .as_ref()
-        .map(|(index, _)| pending[*index].position());
-    let reported = crate::gap::after_run(
-        state,
-        progress.as_ref().or(checkpoint),
-        stopped_at.or_else(|| reads_on.cloned()),
-    );
+        .map(|(index, _)| ready.pending()[*index].position());
+    let reported = crate::gap::after_run(state, progress.as_ref().or(checkpoint), stopped_at);
     let commit = Commit {
         checkpoint: progress.clone(),
         below,
         failing: dispatched.failing.clone(),
         done_above,
         reported,
-        contended_done: crate::gap::contended_done(state, progress.as_ref().or(checkpoint)),
         ..Commit::default()
     }
-    .learnt_parents(parent_shards.map(<[String]>::to_vec));
+    .learnt_parents(ready.parent_shards.clone());
     (progress, commit)
 }
 
@@ -422,12 +307,12 @@ pub(crate) fn last_write(
 /// and the first of them is reported, since Lambda must deliver them again.
 async fn commit_plain(
     store: &dyn CheckpointStore,
-    key: &LeaseKey,
+    ready: &Ready,
     owner: &str,
     dispatched: Dispatched,
-    last: &(dyn Fn(&Dispatched) -> (Option<Position>, Commit) + Sync),
 ) -> Committed {
-    let (progress, commit) = last(&dispatched);
+    let key = &ready.key;
+    let (progress, commit) = last_write(ready, &dispatched);
     let Dispatched {
         mut dispositions,
         stopped,
@@ -458,31 +343,27 @@ async fn commit_plain(
     (dispositions, stopped, None)
 }
 
-/// Finds and reads the range the mapping skipped before `entries` (see [`recover`](super::recovery::recover)); when
-/// nothing may run, releases the lease, remembering the batch, notes the gap in `report`, and
-/// returns the entries and why the shard stops. Otherwise the recovery and the parents to write
-/// with the checkpoint.
-///
-/// The report is lent, not moved in and out: each move copied it whole, and the report in this
-/// future's state made the shard's run larger (BENCHMARKS.md, section 1, eighteenth round).
-async fn recover_or_release<H>(
-    settings: &Settings<H>,
-    (key, owner): (&LeaseKey, &str),
-    (state, checkpoint): (&LeaseState, Option<&Position>),
-    parent_shards: Option<Vec<String>>,
-    entries: Vec<Entry>,
-    invocation: &Invocation,
-    report: &mut ShardReport,
-) -> Result<(Recovery, Option<Vec<String>>), (Vec<Entry>, StopReason)> {
-    let first = entries.first().map(Entry::position);
-    match recover(settings, key, state, checkpoint, entries, invocation).await {
-        Ok(recovery) => Ok((recovery, parent_shards)),
-        Err(unrecovered) => {
-            let (entries, gap, reason) = *unrecovered;
-            let remember = crate::gap::nothing_ran(state, checkpoint, first.as_ref());
-            release(settings.store.as_ref(), key, owner, parent_shards, remember).await;
-            report.gap = Some(gap);
-            Err((entries, reason))
-        }
+/// The shard's report once its last write is done: every record's disposition (the report
+/// keeps the entries and reads their positions when asked) and the record reported to Lambda.
+fn finish(mut report: ShardReport, ready: Ready, committed: Committed) -> ShardReport {
+    let (dispositions, stopped, checkpointed) = committed;
+    report.checkpoint = checkpointed;
+    let Ready {
+        entries,
+        skipped,
+        recovered,
+        ..
+    } = ready;
+    let stopped = stopped.map(|(index, reason)| (skipped + index, reason));
+    let entries = Arc::new(Settled(entries));
+    let source: Arc<dyn PositionSource> = entries.clone();
+    let runs = std::iter::once((Disposition::Duplicate, skipped))
+        .chain(dispositions.into_iter().map(|disposition| (disposition, 1)));
+    let records = RecordReports::shared(source, 0, runs);
+    if let Some((index, reason)) = recovery::report(&mut report, records, recovered, stopped) {
+        let sequence = entries.0[index].sequence().clone();
+        tracing::info!(%sequence, %reason, "reporting the first record not done");
+        report.stopped = Some((sequence, reason));
     }
+    report
 }

@@ -1,10 +1,9 @@
 //! The shard mode's lease, as one invocation holds it: claimed with the row read in one
-//! request (a claim refused or a lease held elsewhere remembers the batch turned away), kept
-//! alive while the batch runs, and released without progress when nothing may run.
+//! request, kept alive while the batch runs, and released without progress when nothing may
+//! run.
 
 use std::time::Duration;
 
-use super::batch::Entry;
 use super::invocation::{Invocation, LeaseWatch};
 use super::settings::Settings;
 use crate::key::LeaseKey;
@@ -12,34 +11,44 @@ use crate::report::StopReason;
 use crate::sequence::Position;
 use crate::store::{CheckpointStore, Claim, Commit, LeaseState, ReportedChange, commit_again_once};
 
-/// Claims the shard's lease and reads its row in one request; or says why nothing may run,
-/// the lease released.
+/// The shard as claimed: its row, and where an earlier invocation died, if one did.
+pub(super) struct Claimed {
+    pub(super) state: LeaseState,
+    /// The batch or record an invocation was running when it died: its lease lapsed without a
+    /// commit, and its mark lies above the checkpoint.
+    pub(super) died_at: Option<Position>,
+}
+
+/// Claims the shard's lease and reads its row in one request, marking `attempting` (the batch's
+/// first record) as the batch this invocation runs; or says why nothing may run.
 pub(super) async fn claim<H>(
     settings: &Settings<H>,
     key: &LeaseKey,
     owner: &str,
     ttl: Duration,
-    (attempting, batch): (Option<&Position>, &[Entry]),
-) -> Result<LeaseState, StopReason> {
-    let state = match settings
+    attempting: Option<&Position>,
+) -> Result<Claimed, StopReason> {
+    match settings
         .store
         .acquire_and_read(key, owner, ttl, attempting)
         .await
     {
-        Ok(Claim::Acquired(state)) => state,
+        Ok(Claim::Acquired { state, lapsed_mark }) => {
+            let checkpoint = state.position().ok().flatten();
+            let died_at = lapsed_mark.filter(|mark| checkpoint.as_ref().is_none_or(|c| mark > c));
+            Ok(Claimed { state, died_at })
+        }
         Ok(Claim::Held(state)) => {
-            let owner = state.lease_owner.clone();
+            let owner = state.lease_owner;
             tracing::warn!(
                 holder = owner.as_deref().unwrap_or("unknown"),
                 "another invocation holds the shard's lease; processing nothing"
             );
-            // The holder may be an invocation whose release did not land: should the mapping
-            // give up on this batch meanwhile, the next one must find the gap.
-            turned_away(settings.store.as_ref(), key, &state, batch).await;
-            return Err(StopReason::LeaseHeld { owner });
+            Err(StopReason::LeaseHeld { owner })
         }
         Err(error) => {
             tracing::error!(%error, "could not claim the shard's lease; processing nothing");
+            // The claim may have landed with its answer lost: let the lease go.
             release(
                 settings.store.as_ref(),
                 key,
@@ -48,68 +57,8 @@ pub(super) async fn claim<H>(
                 ReportedChange::Keep,
             )
             .await;
-            // The claim's mark of the batch did not land: should the mapping give up on the
-            // batch (its retries spent on refused claims), the next one must find the gap.
-            // A store that refuses this too has lost nothing yet; one that refuses every
-            // write on every delivery of the batch leaves nothing to find it by. The row is
-            // read, and the mark written, again once after a failure (a throttle refuses one
-            // request): a mapping with no retries delivers the batch only this once.
-            if attempting.is_some() {
-                let read = match settings.store.read(key).await {
-                    Err(error) => {
-                        tracing::warn!(%error, "could not read the row of the batch turned away; reading it again");
-                        settings.store.read(key).await
-                    }
-                    read => read,
-                };
-                match read {
-                    Ok(state) => turned_away(settings.store.as_ref(), key, &state, batch).await,
-                    Err(error) => {
-                        tracing::warn!(%error, "could not remember the batch turned away");
-                    }
-                }
-            }
-            return Err(StopReason::Store(error.to_string()));
+            Err(StopReason::Store(error.to_string()))
         }
-    };
-    Ok(state)
-}
-
-/// Remembers a batch that ran nothing, in the row's `contended` (written without the lease):
-/// its first record above the checkpoint, since another writer (a seed consumer) may have
-/// done part of it already, and a mark at or below the checkpoint is read as done. The
-/// lowest batch turned away counts, so an older mark still above the checkpoint is kept.
-async fn turned_away(
-    store: &dyn CheckpointStore,
-    key: &LeaseKey,
-    state: &LeaseState,
-    batch: &[Entry],
-) {
-    let done = state.position().ok().flatten();
-    let first = batch
-        .iter()
-        .map(Entry::position)
-        .find(|position| done.as_ref().is_none_or(|done| position > done));
-    let older = state.contended.as_ref().filter(|contended| {
-        done.as_ref().is_none_or(|done| *contended > done)
-            && first.as_ref().is_some_and(|first| *contended <= first)
-    });
-    // A checkpoint another writer moved past the row's marks proves the gap already; a mark of
-    // this batch would hide it (see `gap::proven_after_checkpoint`).
-    let proven = crate::gap::proven_after_checkpoint(state, done.as_ref());
-    let Some(first) = first.filter(|_| older.is_none() && !proven) else {
-        return;
-    };
-    // Written again once after a failure, as the claim's mark it stands in for would be.
-    let marked = match store.mark_contended(key, &first).await {
-        Err(error) => {
-            tracing::warn!(%error, "could not remember the batch turned away; writing it again");
-            store.mark_contended(key, &first).await
-        }
-        marked => marked,
-    };
-    if let Err(error) = marked {
-        tracing::warn!(%error, "could not remember the batch turned away");
     }
 }
 

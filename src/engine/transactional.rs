@@ -223,13 +223,14 @@ impl Chunk {
         let commit = std::mem::take(&mut self.commit);
         let writes = std::mem::take(&mut self.writes);
         if writes.is_empty() && self.is_last {
+            // The plain last write (or a careful run's mark: it keeps the lease).
             return Send::Plain(commit);
         }
         let first = shard.pending[start].position().to_string();
         let last = format!("{}#{revision}", shard.pending[self.end - 1].position());
         let row = shard.key.to_string();
         let token = token(&row, shard.state.lease_counter, &first, &last);
-        Send::Transaction(Transaction::new(commit, self.is_last, writes, token))
+        Send::Transaction(Transaction::new(commit, writes, token))
     }
 }
 
@@ -266,6 +267,7 @@ fn plan(
             checkpoint: Some(position.clone()),
             below,
             reported: outstanding_after(shard, &position, shard.pending[end].position()),
+            keep_lease: true,
             ..Commit::default()
         };
         (Some(position), commit)

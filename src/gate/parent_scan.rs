@@ -35,9 +35,6 @@ pub(crate) struct ParentScan {
     read_to: Option<SequenceNumber>,
     /// Whether the parent has been read to its end.
     pub(crate) complete: bool,
-    /// The latest `ApproximateArrivalTimestamp` read (epoch milliseconds): once `complete`,
-    /// when the parent's youngest record arrived.
-    pub(crate) youngest: Option<u64>,
 }
 
 impl ParentScan {
@@ -62,11 +59,6 @@ impl ParentScan {
         self.read_to
             .as_ref()
             .filter(|_| !self.complete && self.ends.keys().all(|key| self.done.contains(key)))
-    }
-
-    /// The last record read, if any.
-    pub(crate) fn read_to(&self) -> Option<&SequenceNumber> {
-        self.read_to.as_ref()
     }
 
     /// The keys with records not known to be done, in order (sorted, for a stable read).
@@ -114,18 +106,10 @@ impl ParentScan {
             self.read_to = Some(last.sequence().clone());
         }
         for record in records {
-            let arrival = crate::clock::millis_since_epoch(record.arrival());
-            self.youngest = Some(
-                self.youngest
-                    .map_or(arrival, |youngest| youngest.max(arrival)),
-            );
-            #[cfg(feature = "kpl")]
             let records = match crate::kpl::deaggregate(record) {
                 Ok(records) => records.into_records(),
                 Err(error) => vec![error.into_record()],
             };
-            #[cfg(not(feature = "kpl"))]
-            let records = [record];
             for record in records {
                 let position = record.position();
                 self.ends
@@ -144,7 +128,7 @@ impl ParentScan {
 }
 
 /// A sequence number above every record: the largest Kinesis can issue (129 digits).
-pub(super) fn end_of_everything() -> SequenceNumber {
+pub(crate) fn end_of_everything() -> SequenceNumber {
     "9".repeat(129)
         .parse()
         .expect("129 nines is a sequence number")

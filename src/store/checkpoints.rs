@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, OpenMark};
+use super::lease::{BoxFuture, FailingRecord, LeaseError, LeaseState};
 use super::row::Below;
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -84,12 +84,9 @@ pub struct Commit {
     pub done_above: Option<Vec<Position>>,
     /// The change to the record reported to Lambda (see [`LeaseState::reported`]).
     pub reported: ReportedChange,
-    /// The row's [`contended`](LeaseState::contended) mark as read, when this write's
-    /// checkpoint lies at or past it: recorded in
-    /// [`contended_done`](LeaseState::contended_done), so that the mark is not taken for one
-    /// another writer passed (`None`: leave as is). The mark itself is left alone: a batch
-    /// turned away since may have written a new one, which this write never read.
-    pub contended_done: Option<Position>,
+    /// Keep the lease: a mark written while the batch runs. By default the write releases it,
+    /// as the invocation's last write does.
+    pub keep_lease: bool,
 }
 
 impl Commit {
@@ -136,13 +133,6 @@ pub struct KeyCommit {
     pub failing: FailingChange,
     /// When `DynamoDB` may delete the row (epoch seconds).
     pub expires_at: Option<u64>,
-    /// The change to the row's [`reported`](LeaseState::reported) record: in the
-    /// partition-key mode, the record the key's lane was last reported from (see
-    /// [`gap`](crate::gap)'s partition-key section).
-    pub reported: ReportedChange,
-    /// The shard's open marks ([`LeaseState::open_marks`]), all of them, when they change:
-    /// written on the shard's open-marks row only.
-    pub open_marks: Option<Vec<OpenMark>>,
 }
 
 impl KeyCommit {
@@ -163,8 +153,6 @@ impl KeyCommit {
             below: Below::Keep,
             failing: FailingChange::Keep,
             expires_at: None,
-            reported: ReportedChange::Keep,
-            open_marks: None,
         }
     }
 }
@@ -178,8 +166,9 @@ impl KeyCommit {
 ///
 /// let mut commit = Commit::default();
 /// commit.checkpoint = Some(Position::record("42".parse()?));
-/// let transaction = Transaction::new(commit, false, Vec::new(), "kc-token".to_owned());
-/// assert!(!transaction.release && transaction.writes.is_empty());
+/// commit.keep_lease = true;
+/// let transaction = Transaction::new(commit, Vec::new(), "kc-token".to_owned());
+/// assert!(transaction.commit.keep_lease && transaction.writes.is_empty());
 /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[cfg(feature = "dynamodb")]
@@ -187,12 +176,9 @@ impl KeyCommit {
 #[non_exhaustive]
 pub struct Transaction {
     /// What the lease row's action writes, every field as [`CheckpointStore::commit`] writes
-    /// it: for a chunk before the last, the checkpoint at its last record; for the last, all
-    /// the invocation's last write carries.
+    /// it: for a chunk before the last, the checkpoint at its last record and the lease kept;
+    /// for the last, all the invocation's last write carries.
     pub commit: Commit,
-    /// Whether the lease is released with it (the invocation's last write) or kept (another
-    /// chunk follows).
-    pub release: bool,
     /// The records' writes, in order; [`Transacted::Refused`] names one by its index here.
     pub writes: Vec<crate::effects::Write>,
     /// The `ClientRequestToken`: the same for a retry of this transaction, so that it applies
@@ -202,17 +188,11 @@ pub struct Transaction {
 
 #[cfg(feature = "dynamodb")]
 impl Transaction {
-    /// A transaction of `writes` and `commit`, releasing the lease when `release`.
+    /// A transaction of `writes` and `commit` (which says whether the lease is kept).
     #[must_use]
-    pub const fn new(
-        commit: Commit,
-        release: bool,
-        writes: Vec<crate::effects::Write>,
-        token: String,
-    ) -> Self {
+    pub const fn new(commit: Commit, writes: Vec<crate::effects::Write>, token: String) -> Self {
         Self {
             commit,
-            release,
             writes,
             token,
         }
@@ -305,8 +285,15 @@ pub enum RowsTransacted {
 /// What [`CheckpointStore::acquire_and_read`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The lease is ours; the row as it stands after taking it.
-    Acquired(LeaseState),
+    /// The lease is ours.
+    Acquired {
+        /// The row as it stands after taking it.
+        state: LeaseState,
+        /// The row's mark ([`reported`](LeaseState::reported)) as an owner whose lease had
+        /// lapsed without a release left it: the batch, or the record, an invocation was
+        /// running when it died. `None` when the lease was free or ours, or no mark was left.
+        lapsed_mark: Option<Position>,
+    },
     /// Another live owner holds the lease; the row as it stands, naming that owner when the
     /// store knows it.
     Held(LeaseState),
@@ -341,7 +328,7 @@ pub enum Claim {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
 /// let ttl = Duration::from_secs(30);
-/// let Claim::Acquired(state) = store.acquire_and_read(&key, "me", ttl, None).await? else {
+/// let Claim::Acquired { state, .. } = store.acquire_and_read(&key, "me", ttl, None).await? else {
 ///     panic!("nobody else holds it");
 /// };
 /// assert_eq!(state.checkpoint, None);
@@ -387,7 +374,7 @@ pub trait CheckpointStore: Send + Sync + 'static {
     ///
     /// Every field of [`Commit`] is applied: the checkpoint (a position inside an aggregate
     /// beside the record [`Below`] names), the failing record, the parents when not empty,
-    /// `done_above` when `Some`, the reported record, and `contended_done` when `Some`.
+    /// `done_above` when `Some`, and the reported record.
     fn commit<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -425,19 +412,9 @@ pub trait CheckpointStore: Send + Sync + 'static {
         commits: &'a [KeyCommit],
     ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>>;
 
-    /// Remembers `first`, the first record of a batch turned away because another owner holds
-    /// the lease, in the row's [`contended`](LeaseState::contended), without the lease: the
-    /// owner may be an invocation whose release did not land, and the mapping may give up on
-    /// the batch before the lease lapses.
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>>;
-
     /// Commits `transaction` in one step: its writes, and its [`Commit`] on the lease row on
-    /// condition that `owner` holds the lease (releasing it when
-    /// [`release`](Transaction::release)), all or nothing. A retry with the same
+    /// condition that `owner` holds the lease (releasing it unless the commit keeps it), all
+    /// or nothing. A retry with the same
     /// [`token`](Transaction::token) must not apply the writes twice.
     ///
     /// `Ok(Fenced)` and `Ok(Refused)` wrote nothing; `Err` is for the store failing, or for a
@@ -468,24 +445,6 @@ pub trait CheckpointStore: Send + Sync + 'static {
     /// difference over an invocation, so the figure is what the backend billed, not an
     /// estimate.
     fn requests(&self) -> Option<u64>;
-}
-
-/// [`CheckpointStore::read_rows`], read again once after a failure (a throttle refuses one
-/// request). The partition-key mode reads rows before it runs or marks anything: a reading
-/// that fails leaves a batch unrun or a key unmarked, and when the mapping then gives up on the
-/// batch, nothing says what it skipped. `rows` names what is read, for the log.
-pub(crate) async fn read_rows_again_once(
-    store: &dyn CheckpointStore,
-    keys: &[LeaseKey],
-    rows: &str,
-) -> Result<Vec<LeaseState>, LeaseError> {
-    match store.read_rows(keys).await {
-        Err(error) => {
-            tracing::warn!(%error, rows, "could not read the rows; reading them again");
-            store.read_rows(keys).await
-        }
-        answer => answer,
-    }
 }
 
 /// [`CheckpointStore::commit`], written again once after a failure (a throttle refuses one

@@ -2,7 +2,7 @@
 //! field (feature `testing`).
 //!
 //! A layer that rebuilds a write and forgets a field (the failing record, the records done
-//! above the checkpoint, the parents, a key's reported record, the contended mark passed) loses it silently: nothing
+//! above the checkpoint, the parents, the reported record, keeping the lease) loses it silently: nothing
 //! fails until a redelivery runs a record twice or skips one. One check, used by the crate's
 //! own layers and by the test layers of its integration tests, so the two cannot drift apart
 //! as the writes gain fields: every field of every write goes through the layer and is read
@@ -15,7 +15,7 @@ use crate::sequence::{Position, SHARD_END};
 use crate::store::checkpoints::{
     CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
-use crate::store::lease::{FailingRecord, OpenMark};
+use crate::store::lease::FailingRecord;
 use crate::store::memory::MemoryLeaseStore;
 use crate::store::row::Below;
 
@@ -50,12 +50,12 @@ pub async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     assert_eq!(store.requests(), inner.requests());
 }
 
-/// The claim, a renew, the last write and a contended mark.
+/// The claim, a renew, a mark that keeps the lease, and the last write.
 async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     const TTL: Duration = Duration::from_mins(1);
     let key = LeaseKey::new("orders", "shardId-000000000001");
     let attempting = at("100");
-    let Claim::Acquired(claimed) = store
+    let Claim::Acquired { state: claimed, .. } = store
         .acquire_and_read(&key, "a", TTL, Some(&attempting))
         .await
         .expect("claim")
@@ -68,6 +68,15 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
         Some(attempting)
     );
     assert!(store.renew(&key, "a", TTL).await.expect("renew"));
+    let mark = Commit {
+        reported: ReportedChange::Set(at("150")),
+        keep_lease: true,
+        ..Commit::default()
+    };
+    assert!(store.commit(&key, "a", &mark).await.expect("mark"));
+    let row = inner.read(&key).await.expect("read");
+    assert_eq!(row.reported, Some(at("150")), "the mark's reported");
+    assert_eq!(row.lease_owner.as_deref(), Some("a"), "keep_lease");
 
     let failing = FailingRecord::first(
         &Position::sub_record("300".parse().expect("n"), 2),
@@ -83,7 +92,7 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
         parentless: false,
         done_above: Some(vec![at("400"), at("500")]),
         reported: ReportedChange::Set(at("301")),
-        contended_done: Some(at("150")),
+        keep_lease: false,
     };
     assert!(store.commit(&key, "a", &commit).await.expect("commit"));
     let row = inner.read(&key).await.expect("read");
@@ -97,18 +106,11 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
     assert_eq!(row.parent_shards, commit.parent_shards, "parents");
     assert_eq!(row.done_above, vec![at("400"), at("500")], "done_above");
     assert_eq!(row.reported, Some(at("301")), "reported");
-    assert_eq!(row.contended_done, Some(at("150")), "contended_done");
     assert_eq!(row.lease_owner, None, "released");
     assert_eq!(
         store.read(&key).await.expect("read"),
         row,
         "read through the layer"
-    );
-
-    store.mark_contended(&key, &at("600")).await.expect("mark");
-    assert_eq!(
-        inner.read(&key).await.expect("read").contended,
-        Some(at("600"))
     );
 }
 
@@ -116,7 +118,7 @@ async fn claim_and_commit(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
 async fn finish(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     const TTL: Duration = Duration::from_mins(1);
     let done = LeaseKey::new("orders", "shardId-000000000002");
-    let Claim::Acquired(_) = store
+    let Claim::Acquired { .. } = store
         .acquire_and_read(&done, "a", TTL, None)
         .await
         .expect("claim")
@@ -172,15 +174,6 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     first.below = Below::Record("799".parse().expect("n"));
     first.failing = FailingChange::Set(failing.clone());
     first.expires_at = Some(1_900_000_001);
-    first.reported = ReportedChange::Set(at("795"));
-    let open = vec![
-        OpenMark::new(at("780"), 1_764_000_000_000),
-        OpenMark::new(
-            Position::sub_record("790".parse().expect("n"), 1),
-            1_764_000_001_000,
-        ),
-    ];
-    first.open_marks = Some(open.clone());
     let mut second = KeyCommit::new(rows[1].clone(), 5);
     second.checkpoint = Some(at("900"));
     assert_eq!(
@@ -202,8 +195,6 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         Some(1_900_000_001),
         "a key's expires_at"
     );
-    assert_eq!(read[0].reported, Some(at("795")), "a key's reported record");
-    assert_eq!(read[0].open_marks, open, "a shard's open marks");
     assert_eq!(
         read[1].checkpoint, None,
         "a row written meanwhile is not overwritten"
@@ -219,7 +210,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
 
     const TTL: Duration = Duration::from_mins(1);
     let key = LeaseKey::new("orders", "shardId-000000000004");
-    let Claim::Acquired(_) = store
+    let Claim::Acquired { .. } = store
         .acquire_and_read(&key, "a", TTL, None)
         .await
         .expect("claim")
@@ -235,7 +226,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
         parentless: false,
         done_above: Some(vec![at("1005")]),
         reported: ReportedChange::Set(at("1002")),
-        contended_done: Some(at("990")),
+        keep_lease: false,
     };
     let item =
         std::collections::HashMap::from([("id".to_owned(), AttributeValue::S("i-1".to_owned()))]);
@@ -248,12 +239,7 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
             .build()
             .expect("an update"),
     );
-    let transaction = Transaction::new(
-        commit.clone(),
-        true,
-        vec![write],
-        "kc-every-field".to_owned(),
-    );
+    let transaction = Transaction::new(commit.clone(), vec![write], "kc-every-field".to_owned());
     for _ in 0..2 {
         assert_eq!(
             store
@@ -275,7 +261,6 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     assert_eq!(row.parent_shards, commit.parent_shards, "parents");
     assert_eq!(row.done_above, vec![at("1005")], "done_above");
     assert_eq!(row.reported, Some(at("1002")), "reported");
-    assert_eq!(row.contended_done, Some(at("990")), "contended_done");
     assert_eq!(row.lease_owner, None, "released");
     let id = ItemId::new("items", &item);
     assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");
@@ -296,7 +281,6 @@ async fn rows_transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
     commit.below = Below::Record("1100".parse().expect("n"));
     commit.failing = FailingChange::Set(failing.clone());
     commit.expires_at = Some(1_900_000_002);
-    commit.reported = ReportedChange::Set(at("1099"));
     let item =
         std::collections::HashMap::from([("id".to_owned(), AttributeValue::S("i-2".to_owned()))]);
     let write = Write::update(
@@ -329,7 +313,6 @@ async fn rows_transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore)
     );
     assert_eq!(read.failing, Some(failing), "failing");
     assert_eq!(read.expires_at, Some(1_900_000_002), "expires_at");
-    assert_eq!(read.reported, Some(at("1099")), "reported");
     let id = ItemId::new("items", &item);
     assert_eq!(inner.writes_of(&id), 1, "the write, once for its token");
     let mut stale = transaction.clone();

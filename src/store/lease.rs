@@ -41,11 +41,6 @@ pub type LeaseError = Box<dyn StdError + Send + Sync>;
 /// aggregate lies above `checkpoint`: once another writer moves `checkpoint` past it, it is
 /// stale and ignored, never believed.
 ///
-/// Rows of version 0.1.0 kept the position inside an aggregate in `checkpoint` itself, with
-/// `checkpoint_sub` (`checkpoint = S, checkpoint_sub = k`: everything before `S` and `S`'s
-/// sub-records `0..=k` done, `S` not done whole). They are read as they meant it, and the next
-/// write past `S` rewrites them in the new form (see [`Below::Legacy`](crate::store::Below::Legacy)).
-///
 /// # Examples
 ///
 /// ```
@@ -69,10 +64,6 @@ pub struct LeaseState {
     /// The last checkpointed sequence number, [`SHARD_END`](crate::sequence::SHARD_END) when the shard is finished, or
     /// `None` when never checkpointed.
     pub checkpoint: Option<String>,
-    /// The 0.1.0 form of a position inside a KPL aggregate: `checkpoint` is the aggregate and
-    /// its sub-records `0..=checkpoint_sub` are done. Read, and kept until the aggregate is done
-    /// whole; never written otherwise. `None` in every row of the current form.
-    pub checkpoint_sub: Option<u64>,
     /// The KPL aggregate in progress after `checkpoint`, when one is: its sequence number.
     /// Believed only while it lies above `checkpoint`.
     pub aggregate_sequence: Option<String>,
@@ -105,61 +96,6 @@ pub struct LeaseState {
     /// batch that starts after it proves that the mapping discarded records (see
     /// [`gap`](crate::gap)). Meaningful only while it is above the checkpoint.
     pub reported: Option<Position>,
-    /// The first record of the last batch turned away by a live lease of another owner (a
-    /// concurrent delivery, or an owner whose release did not land): written without the
-    /// lease and never removed by the owner, so that the mapping giving up on that batch
-    /// while the lease lingers is still found as a gap. Meaningful above the checkpoint; at
-    /// or below it too, unless it is [`contended_done`](LeaseState::contended_done).
-    pub contended: Option<Position>,
-    /// The `contended` mark this toolkit's own last write moved the checkpoint to or past (as
-    /// it read the mark): that batch was done by the toolkit. A `contended` mark at or below
-    /// the checkpoint that is not this one was passed by another writer (a seed-crate
-    /// consumer, which knows nothing of it), whose checkpoint proves nothing of the records
-    /// after it: a batch that starts after it is read from it (see [`gap`](crate::gap)).
-    pub contended_done: Option<Position>,
-    /// In the partition-key mode, on the shard's open-marks row only (`stream:shard#open`):
-    /// each record a lane of the shard was reported or held at while the mapping may drop
-    /// records after it for their age, with that record's arrival. A batch holding a key no
-    /// row marks reads from them once they are old enough (see [`gap`](crate::gap)); the row's
-    /// `reported` says how far that reading has gone. Empty in every other row.
-    pub open_marks: Vec<OpenMark>,
-}
-
-/// A record a lane of a shard was reported or held at, and when it arrived in the stream: the
-/// mapping drops a record after it for its age only once this one is older than the limit.
-/// Kept in the shard's open-marks row ([`LeaseState::open_marks`]).
-///
-/// ```
-/// use kinesis_checkpoint::Position;
-/// use kinesis_checkpoint::store::OpenMark;
-///
-/// let open = OpenMark::new(Position::record("42".parse()?), 1_700_000_000_000);
-/// assert_eq!(open.arrival, 1_700_000_000_000);
-/// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-#[non_exhaustive]
-pub struct OpenMark {
-    /// The record the lane was reported or held at.
-    pub mark: Position,
-    /// Its `ApproximateArrivalTimestamp`, in epoch milliseconds.
-    pub arrival: u64,
-}
-
-impl OpenMark {
-    /// The mark at `mark`, which arrived at `arrival` (epoch milliseconds).
-    ///
-    /// ```
-    /// # use kinesis_checkpoint::Position;
-    /// # use kinesis_checkpoint::store::OpenMark;
-    /// let open = OpenMark::new(Position::record("7".parse()?), 5);
-    /// assert_eq!(open.mark, Position::record("7".parse()?));
-    /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
-    /// ```
-    #[must_use]
-    pub const fn new(mark: Position, arrival: u64) -> Self {
-        Self { mark, arrival }
-    }
 }
 
 /// A record that failed and will be delivered again, as the shard's row remembers it: the

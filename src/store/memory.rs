@@ -183,9 +183,6 @@ impl MemoryLeaseStore {
             ReportedChange::Set(position) => row.reported = Some(position.clone()),
             ReportedChange::Clear => row.reported = None,
         }
-        if let Some(done) = &commit.contended_done {
-            row.contended_done = Some(done.clone());
-        }
         if release {
             Self::free(row);
         } else {
@@ -208,14 +205,6 @@ impl MemoryLeaseStore {
         }
         if commit.expires_at.is_some() {
             row.expires_at = commit.expires_at;
-        }
-        match &commit.reported {
-            ReportedChange::Keep => {}
-            ReportedChange::Set(position) => row.reported = Some(position.clone()),
-            ReportedChange::Clear => row.reported = None,
-        }
-        if let Some(open_marks) = &commit.open_marks {
-            row.open_marks.clone_from(open_marks);
         }
     }
 
@@ -295,17 +284,6 @@ impl LeaseStore for MemoryLeaseStore {
 }
 
 impl CheckpointStore for MemoryLeaseStore {
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(async move {
-            self.with_row(key, |row| row.contended = Some(first.clone()));
-            Ok(())
-        })
-    }
-
     fn acquire_and_read<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -315,11 +293,19 @@ impl CheckpointStore for MemoryLeaseStore {
     ) -> BoxFuture<'a, Result<Claim, LeaseError>> {
         Box::pin(async move {
             Ok(self.with_row(key, |row| {
+                let lapsed = row
+                    .lease_owner
+                    .as_ref()
+                    .is_some_and(|before| before != owner);
+                let mark = row.reported.clone();
                 if Self::take(row, owner, ttl, self.clock.now_millis()) {
                     if row.reported.is_none() {
                         row.reported = attempting.cloned();
                     }
-                    Claim::Acquired(row.clone())
+                    Claim::Acquired {
+                        state: row.clone(),
+                        lapsed_mark: mark.filter(|_| lapsed),
+                    }
                 } else {
                     Claim::Held(row.clone())
                 }
@@ -355,7 +341,7 @@ impl CheckpointStore for MemoryLeaseStore {
             Ok(self.with_row(key, |row| {
                 let ours = Self::owned_by(row, owner);
                 if ours {
-                    Self::write_commit(row, commit, true);
+                    Self::write_commit(row, commit, !commit.keep_lease);
                 }
                 ours
             }))
@@ -500,8 +486,8 @@ impl MemoryLeaseStore {
     }
 
     /// Writes `position` as the checkpoint under `owner`'s lease, keeping the lease: a
-    /// position inside an aggregate beside the checkpoint, in the row's form (a row of the
-    /// 0.1.0 form at this very aggregate keeps its form). Returns `false` when fenced. The
+    /// position inside an aggregate beside the checkpoint, in the row's form. Returns `false`
+    /// when fenced. The
     /// engine does not need it (its last write is [`commit`](CheckpointStore::commit)); tools
     /// and tests that write a row step by step do.
     ///

@@ -119,7 +119,7 @@ impl MemoryLeaseStore {
             }
             Err(Refused::Unsupported(unsupported)) => return Err(Box::new(unsupported)),
         }
-        Self::write_commit(row, &transaction.commit, transaction.release);
+        Self::write_commit(row, &transaction.commit, !transaction.commit.keep_lease);
         effects
             .tokens
             .insert(transaction.token.clone(), now.saturating_add(TOKEN_MILLIS));

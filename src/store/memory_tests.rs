@@ -76,7 +76,7 @@ async fn every_write_bumps_the_fencing_counter() {
     let store = MemoryLeaseStore::new();
     let shard = orders("shardId-000000000000");
     let position = Position::sub_record("9".parse().unwrap(), 2);
-    let Claim::Acquired(first) = store
+    let Claim::Acquired { state: first, .. } = store
         .acquire_and_read(&shard, "a", TTL, None)
         .await
         .unwrap()
@@ -100,7 +100,7 @@ async fn a_fenced_owner_can_neither_checkpoint_nor_release_the_new_owners_lease(
     let store = MemoryLeaseStore::new();
     let shard = orders("shardId-000000000000");
     assert!(store.acquire(&shard, "a", Duration::ZERO).await.unwrap());
-    let Claim::Acquired(_) = store
+    let Claim::Acquired { .. } = store
         .acquire_and_read(&shard, "b", TTL, None)
         .await
         .unwrap()

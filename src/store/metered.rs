@@ -86,7 +86,13 @@ impl Layer for Timed {
         call: Call<'a>,
         next: Next<'a, T>,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
-        if !matches!(call.operation(), Operation::Commit | Operation::CommitRows) {
+        // The last writes only: a mark that keeps the lease (after a death) is not one.
+        let last = match call.operation() {
+            Operation::Commit => call.commit().is_some_and(|commit| !commit.keep_lease),
+            Operation::CommitRows => true,
+            _ => false,
+        };
+        if !last {
             return next.run(call);
         }
         Box::pin(async move {
@@ -119,7 +125,7 @@ mod tests {
         );
         let counters = Arc::new(Counters::default());
         scope(counters.clone(), every_field::reach(&store, &memory)).await;
-        // Two commits and one `commit_rows` in `reach`.
+        // Two last writes and one `commit_rows` in `reach` (its mark keeps the lease).
         assert_eq!(counters.take_latencies().len(), 3);
     }
 }

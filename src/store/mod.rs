@@ -47,14 +47,12 @@ mod row;
 mod seed;
 
 pub use crate::key::{LeaseKey, row_key};
+pub(crate) use checkpoints::commit_again_once;
 pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
 #[cfg(feature = "dynamodb")]
 pub use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
-pub(crate) use checkpoints::{commit_again_once, read_rows_again_once};
 pub use layer::{Call, Layer, Layered, Next, Operation};
-pub use lease::{
-    BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS, OpenMark,
-};
+pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};
 pub use memory::MemoryLeaseStore;
 pub use row::Below;
 #[cfg(feature = "dynamodb")]

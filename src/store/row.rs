@@ -7,7 +7,7 @@
 //! progress beside it, believed only while the aggregate lies above `checkpoint`. This module
 //! holds that mapping in one place, for both stores and the engine: reading
 //! ([`LeaseState::partial_aggregate`], [`LeaseState::unfinished`]), and writing ([`Below`], and
-//! the crate's `RowForm`), including the 0.1.0 form (`checkpoint_sub`) rows may still hold.
+//! the crate's `RowForm`).
 
 use super::lease::LeaseState;
 use crate::sequence::{Position, SequenceError, SequenceNumber};
@@ -53,8 +53,7 @@ impl LeaseState {
     }
 
     /// The record `checkpoint` names as done whole (or [`Position::ShardEnd`]), ignoring any
-    /// progress inside an aggregate after it; for a row of the 0.1.0 form inside aggregate `S`,
-    /// `S` itself (which that form did not mean as done).
+    /// progress inside an aggregate after it.
     ///
     /// # Errors
     ///
@@ -77,9 +76,8 @@ impl LeaseState {
             .transpose()
     }
 
-    /// The position inside a KPL aggregate the row records and believes, if any: the 0.1.0
-    /// form (`checkpoint` with `checkpoint_sub`), or `aggregate_sequence`/`aggregate_sub`
-    /// while that aggregate lies above `checkpoint`.
+    /// The position inside a KPL aggregate the row records and believes, if any:
+    /// `aggregate_sequence`/`aggregate_sub` while that aggregate lies above `checkpoint`.
     ///
     /// # Errors
     ///
@@ -89,17 +87,14 @@ impl LeaseState {
     /// # use kinesis_checkpoint::Position;
     /// # use kinesis_checkpoint::store::LeaseState;
     /// let mut state = LeaseState::default();
-    /// state.checkpoint = Some("12".to_owned());
-    /// state.checkpoint_sub = Some(3);
+    /// state.checkpoint = Some("11".to_owned());
+    /// state.aggregate_sequence = Some("12".to_owned());
+    /// state.aggregate_sub = Some(3);
     /// assert_eq!(state.partial_aggregate()?, Some(Position::sub_record("12".parse()?, 3)));
     /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
     /// ```
     pub fn partial_aggregate(&self) -> Result<Option<Position>, SequenceError> {
         let whole = self.whole()?;
-        if let (Some(Position::Record { sequence, .. }), Some(sub)) = (&whole, self.checkpoint_sub)
-        {
-            return Ok(Some(Position::sub_record(sequence.clone(), sub)));
-        }
         let (Some(aggregate), Some(sub)) = (self.aggregate_sequence.as_deref(), self.aggregate_sub)
         else {
             return Ok(None);
@@ -181,12 +176,6 @@ pub enum Below {
     Keep,
     /// This record, the last one done whole before the aggregate.
     Record(SequenceNumber),
-    /// The row is in the 0.1.0 form at this very aggregate (`checkpoint` = the aggregate, with
-    /// `checkpoint_sub`) and no record before it is known: it keeps that form until the
-    /// aggregate is done whole. Writing a sequence number that names no record (the aggregate's
-    /// minus one) would be refused by Kinesis to a seed or KCL reader starting after it, and
-    /// removing `checkpoint` would send such a reader back to its initial position.
-    Legacy,
 }
 
 impl Below {
@@ -204,21 +193,17 @@ impl Below {
         else {
             return Self::Keep;
         };
-        let legacy_here =
-            row.checkpoint_sub.is_some() && row.checkpoint.as_deref() == Some(sequence.as_str());
         match prior.filter(|prior| *prior < sequence) {
             // Never move `checkpoint` back: keep it when it is already at or past `prior`.
             Some(prior)
-                if legacy_here
-                    || row
-                        .whole()
-                        .ok()
-                        .flatten()
-                        .is_none_or(|whole| whole <= Position::record(prior.clone())) =>
+                if row
+                    .whole()
+                    .ok()
+                    .flatten()
+                    .is_none_or(|whole| whole <= Position::record(prior.clone())) =>
             {
                 Self::Record(prior.clone())
             }
-            _ if legacy_here => Self::Legacy,
             _ => Self::Keep,
         }
     }
@@ -232,8 +217,6 @@ pub(crate) struct RowForm<'a> {
     pub(crate) checkpoint: Option<&'a str>,
     /// `aggregate_sequence` and `aggregate_sub`: set, or (`None`) removed.
     pub(crate) aggregate: Option<(&'a str, u64)>,
-    /// `checkpoint_sub`, the 0.1.0 form: set, or (`None`) removed.
-    pub(crate) legacy_sub: Option<u64>,
 }
 
 impl<'a> RowForm<'a> {
@@ -249,23 +232,15 @@ impl<'a> RowForm<'a> {
                 Below::Keep => Self {
                     checkpoint: None,
                     aggregate: Some((sequence.as_str(), *sub)),
-                    legacy_sub: None,
                 },
                 Below::Record(prior) => Self {
                     checkpoint: Some(prior.as_str()),
                     aggregate: Some((sequence.as_str(), *sub)),
-                    legacy_sub: None,
-                },
-                Below::Legacy => Self {
-                    checkpoint: Some(sequence.as_str()),
-                    aggregate: None,
-                    legacy_sub: Some(*sub),
                 },
             },
             (whole, _) => Self {
                 checkpoint: Some(whole.checkpoint()),
                 aggregate: None,
-                legacy_sub: None,
             },
         }
     }
@@ -277,6 +252,5 @@ impl<'a> RowForm<'a> {
         }
         row.aggregate_sequence = self.aggregate.map(|(sequence, _)| sequence.to_owned());
         row.aggregate_sub = self.aggregate.map(|(_, sub)| sub);
-        row.checkpoint_sub = self.legacy_sub;
     }
 }

@@ -21,40 +21,20 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// [`CheckpointStore`]: each of the engine's operations built from those five.
 ///
 /// Five methods can hold a lease and one checkpoint string, so the adapter keeps the lease, the
-/// fencing, and every whole record done. Under a mapping that retries a batch until it succeeds
-/// (`MaximumRetryAttempts` -1, `MaximumRecordAgeInSeconds` -1) no record is lost. A mapping that
-/// gives up on records is another matter: without `reported` and `contended` no gap is ever
-/// found, so a batch it discards is lost; gap recovery needs a store that keeps them
-/// (`MemoryLeaseStore`, `DynamoLeaseStore`). What the adapter cannot keep, and what that costs:
+/// fencing, and every whole record done. Under the documented mapping (both limits at `-1`) no
+/// record is lost. What the adapter cannot keep costs duplicates or deaths not counted:
 ///
-/// - **`failing`**: attempts are counted within one invocation only. A record the handler
-///   rejects is still dead-lettered, but one that keeps asking for a retry is retried until the
-///   mapping gives up on it, as it would be without this toolkit.
-/// - **`done_above`**: records done out of order above the checkpoint (per-key concurrency) run
-///   again after a redelivery: a duplicate, never a loss.
-/// - **`parent_shards`** and **`parentless`**: the gate asks the stream's topology for a shard's
-///   parents again in every invocation.
-/// - **`expires_at`**: a finished shard's row is never deleted by `DynamoDB`'s TTL.
-/// - **`reported`** (the claim's `attempting`, the commit's change, a partition key's row's): a batch the mapping
-///   discards after an invocation died on it, or after it was reported, goes unnoticed: no gap
-///   is found.
-/// - **`contended`**: [`mark_contended`](CheckpointStore::mark_contended) does nothing, so a
-///   batch the mapping discards while another owner's lease lingers goes unnoticed too; the
-///   commit's `contended_done` (the mark it passed) is dropped with it, having no mark to name.
-/// - **`open_marks`** (a shard's open-marks row, in the partition-key mode with a record age):
-///   dropped, so a key no row marks loses what a lane dropped after a failure.
-/// - **progress inside a KPL aggregate**: a position inside an aggregate is not written (only
-///   checked, by a renew, that the lease is still held); the record done whole before it is.
-///   The sub-records done so far run again after a redelivery: a duplicate, never a loss.
-/// - **one request per step**: a claim is `acquire` then `read`, a commit a `checkpoint` then a
-///   `release`, so a lease lost between the two leaves the (true) checkpoint written;
-///   [`commit_rows`](CheckpointStore::commit_rows) takes, writes and releases each row in turn
-///   and cannot compare counters, so it does not detect a concurrent delivery of the same key.
-/// - **transactions**: `transact` is refused with
-///   [`NoTransactions`]: five methods cannot commit a record's writes with the checkpoint, so a
-///   transactional processor over such a store reports its records instead of writing them
-///   apart from it (feature `dynamodb`).
-/// - **`requests`**: not counted (`None`).
+/// | not kept | what it costs |
+/// |---|---|
+/// | `failing` | attempts are counted within one invocation; a rejected record is still dead-lettered at once |
+/// | `reported` (the claim's mark) | a record that kills its invocation is not found, so it is retried for ever; no gap is found outside the contract |
+/// | `done_above` | records done out of order under per-key concurrency run again after a redelivery |
+/// | `parent_shards`, `parentless` | the gate asks the stream for a shard's parents in every invocation |
+/// | `expires_at` | a finished shard's row is never deleted by `DynamoDB`'s TTL |
+/// | progress inside a KPL aggregate | the sub-records done run again after a redelivery |
+/// | one request per step | a claim is `acquire` then `read`, a commit `checkpoint` then `release`; `commit_rows` cannot compare counters, so it misses a concurrent delivery of one key |
+/// | transactions | `transact` is refused with [`NoTransactions`] (feature `dynamodb`) |
+/// | `requests` | not counted (`None`) |
 ///
 /// `read` and `read_rows` return whatever the inner store's `read` returns: a store that keeps
 /// more than the checkpoint (the memory store does) shows it.
@@ -75,7 +55,7 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// let memory = Arc::new(MemoryLeaseStore::new());
 /// let store = SeedStore::new(memory.clone());
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
-/// let Claim::Acquired(_) = store.acquire_and_read(&key, "me", Duration::from_secs(30), None).await?
+/// let Claim::Acquired { .. } = store.acquire_and_read(&key, "me", Duration::from_secs(30), None).await?
 /// else {
 ///     panic!("nobody else holds it");
 /// };
@@ -169,8 +149,12 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
         Box::pin(async move {
             let acquired = self.store.acquire(key, owner, ttl).await?;
             let state = self.store.read(key).await?;
+            // Without a mark of the batch, a lapsed owner proves no death (see `reported`).
             Ok(if acquired {
-                Claim::Acquired(state)
+                Claim::Acquired {
+                    state,
+                    lapsed_mark: None,
+                }
             } else {
                 Claim::Held(state)
             })
@@ -204,7 +188,9 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
             {
                 return Ok(false);
             }
-            self.store.release(key, owner).await?;
+            if !commit.keep_lease {
+                self.store.release(key, owner).await?;
+            }
             Ok(true)
         })
     }
@@ -276,16 +262,6 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
             }
             Ok(written)
         })
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        // Nowhere to keep it (see `contended` above).
-        let _ = (key, first);
-        Box::pin(async { Ok(()) })
     }
 
     #[cfg(feature = "dynamodb")]

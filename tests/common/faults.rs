@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
@@ -20,16 +20,6 @@ fn throughput_exceeded(suffix: &str) -> LeaseError {
         "ProvisionedThroughputExceededException: rate of requests exceeds the allowed throughput{suffix}"
     )
     .into()
-}
-
-/// What [`Chaos`] spares calls by: `what` (a row, or the first of a reading's rows) as the
-/// current task calls it. Each invocation runs as a task of its own, and its calls after a
-/// refusal run in it; a test's body outside any task shares one.
-fn spare(what: impl fmt::Display) -> String {
-    match tokio::task::try_id() {
-        Some(task) => format!("{what} in task {task}"),
-        None => what.to_string(),
-    }
 }
 
 /// `inner` behind [`Faults`]: every fault off until switched on through [`Layered::layer`].
@@ -47,10 +37,6 @@ pub fn faulty<S: LeaseStore + CheckpointStore>(inner: Arc<S>) -> Faulty<S> {
             steal_before_checkpoint: AtomicBool::new(false),
             lose_commit_answer: AtomicBool::new(false),
             throttle_next_commit: AtomicBool::new(false),
-            lane_reads_fail: AtomicUsize::new(0),
-            key_reads_fail: AtomicUsize::new(0),
-            reads_fail: AtomicUsize::new(0),
-            marks_fail: AtomicUsize::new(0),
             transact_fails: AtomicBool::new(false),
             lose_transact_answer: AtomicBool::new(false),
             resend_transact_after_lost_answer: AtomicBool::new(false),
@@ -78,17 +64,6 @@ pub struct Faults<S> {
     /// The next commit is refused as a throttled store's would be, before reaching it: nothing
     /// is written and the lease stays taken.
     pub throttle_next_commit: AtomicBool,
-    /// The next this many readings of rows that include a lane's row (`…#lane:…`, the
-    /// partition-key mode's) are refused as a throttled store's would be.
-    pub lane_reads_fail: AtomicUsize,
-    /// The next this many readings of partition keys' rows alone (neither the shard's own row
-    /// nor a `#` row among them: the rows of a skipped range's other keys, read after the
-    /// batch's) are refused as a throttled store's would be.
-    pub key_reads_fail: AtomicUsize,
-    /// The next this many readings of one row are refused as a throttled store's would be.
-    pub reads_fail: AtomicUsize,
-    /// The next this many `contended` marks are refused as a throttled store's would be.
-    pub marks_fail: AtomicUsize,
     /// Transactions are refused as a throttled store's would be, before reaching it.
     pub transact_fails: AtomicBool,
     /// The next transaction lands, but its answer is lost: the caller sees an error.
@@ -99,7 +74,7 @@ pub struct Faults<S> {
     /// The next transaction finds the lease taken by `thief`.
     pub steal_before_transact: AtomicBool,
     /// Before the next writing of partition-key rows, another writer writes each of them (a
-    /// batch of another lane marking keys it found in a range it read): the writing is refused.
+    /// concurrent delivery of the same keys): the writing is refused.
     pub rows_written_before_commit_rows: AtomicBool,
 }
 
@@ -156,23 +131,6 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             }
             Operation::Renew if self.renewals_fail.load(Ordering::SeqCst) => return throttled(),
             Operation::Renew => self.steal_on_renew.swap(false, Ordering::SeqCst),
-            Operation::ReadRows
-                if call.keys().iter().any(|key| key.shard().contains("#lane:"))
-                    && take(&self.lane_reads_fail) =>
-            {
-                return throttled();
-            }
-            Operation::ReadRows
-                if call
-                    .keys()
-                    .iter()
-                    .all(|key| key.shard().contains(':') && !key.shard().contains('#'))
-                    && take(&self.key_reads_fail) =>
-            {
-                return throttled();
-            }
-            Operation::Read if take(&self.reads_fail) => return throttled(),
-            Operation::MarkContended if take(&self.marks_fail) => return throttled(),
             Operation::Commit if self.throttle_next_commit.swap(false, Ordering::SeqCst) => {
                 return throttled();
             }
@@ -212,13 +170,6 @@ impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
             answer
         })
     }
-}
-
-/// Takes one from `count` when it is above zero: whether a fault is left to inject.
-fn take(count: &AtomicUsize) -> bool {
-    count
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
 }
 
 /// `call`, a transaction that landed with `answer`, sent again with its request token, as
@@ -266,10 +217,9 @@ pub struct ChaosLevels {
     pub steal: f64,
     /// How long a stolen lease is held.
     pub steal_ttl: Duration,
-    /// Besides `throttle`, a reading of rows (`read_rows`: the partition-key mode's keys and
-    /// lanes) fails as a throttled store's would: aimed at the readings the mode must read
-    /// again once after a refusal, which `throttle`, spread over every call, rarely reaches.
-    pub rows_throttle: f64,
+    /// Claims are never throttled: with a mapping that gives up on batches (outside the
+    /// contract), a batch whose every claim was refused leaves no mark to find it by.
+    pub claims_answered: bool,
 }
 
 /// `inner` behind [`Chaos`].
@@ -283,20 +233,10 @@ pub struct Chaos<S> {
     store: Arc<S>,
     levels: ChaosLevels,
     rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
-    /// Faults injected so far: throttled, lost answers, slow calls, steals, and of the
-    /// throttled, readings of rows refused by `rows_throttle`.
-    pub injected: std::sync::Mutex<[u64; 5]>,
+    /// Faults injected so far: throttled, lost answers, slow calls, steals.
+    pub injected: std::sync::Mutex<[u64; 4]>,
     /// Where every claim and write is noted, with its answer, when set.
     trace: Option<Arc<std::sync::Mutex<Vec<String>>>>,
-    /// Rows whose claim (or reading of rows) was just throttled, each with the task of the
-    /// invocation refused ([`spare`]), and how many of the calls that follow on them from that
-    /// task are answered: a throttle refuses a request, it is not an outage of the row (an
-    /// outage through every write of every delivery of a batch leaves nothing to remember it
-    /// by). Another invocation's calls on the row use none of them: a child reading its
-    /// parent's row between a parent's refused claim and its mark of the batch turned away took
-    /// both spares, the mark met two throttles, and a batch the mapping gave up on was lost
-    /// unremembered (seed 8730157, an outage the model does not claim to survive).
-    spared: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl<S: LeaseStore + CheckpointStore> Chaos<S> {
@@ -306,9 +246,8 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
             store: inner,
             levels,
             rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
-            injected: std::sync::Mutex::new([0; 5]),
+            injected: std::sync::Mutex::new([0; 4]),
             trace: None,
-            spared: std::sync::Mutex::default(),
         }
     }
 
@@ -355,40 +294,6 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
         Ok(())
     }
 
-    /// Latency and throttling before a reading or a write of rows, and a reading's aimed
-    /// throttle (`rows_throttle`), counted as a throttle and apart.
-    async fn before_rows(&self, operation: Operation) -> Result<(), LeaseError> {
-        self.before().await?;
-        // Not rolled at all when not aimed, so that every other scenario draws as before.
-        if operation == Operation::ReadRows
-            && self.levels.rows_throttle > 0.0
-            && self.roll(self.levels.rows_throttle, 4)
-        {
-            self.injected.lock().unwrap()[0] += 1;
-            self.note(|| "store: a reading of rows throttled (injected, aimed)".to_owned());
-            return Err(throughput_exceeded(
-                " (injected, aimed at a reading of rows)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Latency and throttling before a call on `key`, unless a throttled claim spared it.
-    async fn before_on(&self, key: &LeaseKey) -> Result<(), LeaseError> {
-        let spared = {
-            let mut spared = self.spared.lock().unwrap();
-            spared.get_mut(&spare(key)).is_some_and(|left| {
-                let spare = *left > 0;
-                *left = left.saturating_sub(1);
-                spare
-            })
-        };
-        if spared {
-            return Ok(());
-        }
-        self.before().await
-    }
-
     /// A write's answer lost on its way back.
     fn after<T>(&self, result: Result<T, LeaseError>) -> Result<T, LeaseError> {
         if result.is_ok() && self.roll(self.levels.lost_answer, 1) {
@@ -430,11 +335,6 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
             Operation::CommitRows => {
                 format!("store: commit rows {:?}: {answer:?}", call.key_commits())
             }
-            Operation::MarkContended => format!(
-                "store: {} marked contended at {}: {answer:?}",
-                key(),
-                call.position()?
-            ),
             Operation::Transact => {
                 let transaction = call.transaction()?;
                 format!(
@@ -442,7 +342,7 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
                     transaction.writes.len(),
                     key(),
                     transaction.commit,
-                    if transaction.release {
+                    if !transaction.commit.keep_lease {
                         " and releases"
                     } else {
                         ""
@@ -462,36 +362,8 @@ impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
         let operation = call.operation();
         Box::pin(async move {
-            match (operation, call.key()) {
-                // A throttled claim spares the calls its invocation makes next on the row (the
-                // read and the mark of the batch turned away): a throttle refuses a request, it
-                // is not an outage of the row.
-                (Operation::Read | Operation::MarkContended, Some(key)) => {
-                    self.before_on(key).await?;
-                }
-                // The partition-key mode reads its rows again after a throttled read, and
-                // writes them again after a throttled write: one throttle, not an outage (the
-                // same invocation's next call on the same first row is answered).
-                (Operation::ReadRows | Operation::CommitRows, _) => {
-                    let first = call.keys().first().map(|key| spare(format!("rows {key}")));
-                    match first {
-                        Some(first) => {
-                            let spared = self.spared.lock().unwrap().remove(&first).is_some();
-                            if !spared && let Err(error) = self.before_rows(operation).await {
-                                self.spared.lock().unwrap().insert(first, 1);
-                                return Err(error);
-                            }
-                        }
-                        None => self.before().await?,
-                    }
-                }
-                (Operation::AcquireAndRead, Some(key)) => {
-                    if let Err(error) = self.before().await {
-                        self.spared.lock().unwrap().insert(spare(key), 2);
-                        return Err(error);
-                    }
-                }
-                _ => self.before().await?,
+            if !(operation == Operation::AcquireAndRead && self.levels.claims_answered) {
+                self.before().await?;
             }
             if matches!(
                 operation,
@@ -530,7 +402,6 @@ impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
                     | Operation::Commit
                     | Operation::Finish
                     | Operation::CommitRows
-                    | Operation::MarkContended
             ) {
                 answer = self.after(answer);
             }

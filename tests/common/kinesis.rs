@@ -160,6 +160,19 @@ impl Stream {
             .expect("put record");
     }
 
+    /// Writes `data` as it is (a KPL aggregate, say) under partition key `key`.
+    #[allow(dead_code, reason = "not every test binary writes raw records")]
+    pub async fn put_bytes(&self, key: &str, data: Vec<u8>) {
+        self.client
+            .put_record()
+            .stream_name(&self.name)
+            .partition_key(key)
+            .data(Blob::new(data))
+            .send()
+            .await
+            .expect("put record");
+    }
+
     /// Splits `shard` in two halves of the hash key range.
     pub async fn split(&self, shard: &str) {
         self.client

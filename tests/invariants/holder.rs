@@ -1,10 +1,8 @@
 //! In the partition-key mode, a consumer of the whole shard on the same table that takes the
 //! shard's lease between invocations and keeps it a while, doing nothing (a seed-crate consumer
 //! that took the shard and stopped; its lease lapses). The mode turns every batch of the shard
-//! away while that lease is live: nothing runs and the batch is reported at its first record.
-//! With finite retries the mapping may give up on such a batch, and the lane's next batch must
-//! find what it skipped by the marks the batch turned away left (seed 7023668 lost records so,
-//! when a child's invocation running its closed parent's tail held the parent's lease).
+//! away while that lease is live: nothing runs and the batch is reported at its first record,
+//! which the mapping delivers again once the lease has lapsed.
 //!
 //! It handles nothing, so it adds no rerun to account for: a consumer that handles records
 //! from its own checkpoint runs again what the keys' rows say is done (it reads none of them),

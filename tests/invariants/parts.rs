@@ -1,13 +1,7 @@
 //! Skipped ranges read in parts: a topology that reads at most a few records per reading, as
 //! the real one reads at most 10,000 (`MAX_RECOVERED_RECORDS`) in half the time left. So a
 //! range the mapping skipped in a scenario of tens of records is read over several deliveries,
-//! as a range of more than 10,000 records is; in the partition-key mode a key of the lane may
-//! then first appear in a later part. Every reading is capped: the skipped ranges and closed
-//! parents' tails (those the processor bounds by the invocation's time left), and the key-mode
-//! gate's reading of a closed parent (10,000 records per held batch in production), which the
-//! harness gives a fresh gate per invocation, as a new sandbox would: a gate remembers what it
-//! read of a parent in its process only, so how far a parent is known done must reach the
-//! parent's row for the next sandbox to read on.
+//! as a range of more than 10,000 records is.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -190,7 +190,7 @@ fn runs_now(knowledge: &Knowledge, shared: &Shared, position: &str) -> bool {
         .unwrap_or(Fault::None)
     {
         Fault::None | Fault::Sluggish => true,
-        Fault::Retry(n) | Fault::Panic(n) => attempts >= n,
+        Fault::Retry(n) | Fault::Panic(n) | Fault::Kills(n) => attempts >= n,
         Fault::Slow => attempts >= 1,
         Fault::Stubborn | Fault::Poison => false,
     }

@@ -58,8 +58,8 @@ use tokio::sync::Notify;
 
 use super::common::faults::Chaos;
 use super::{
-    Fault, Journaled, Payload, Scenario, Shared, VIRTUAL_EPOCH_MILLIS, Written, covered_record_age,
-    every_shard, order_key, skew,
+    Fault, Journaled, Payload, Scenario, Shared, VIRTUAL_EPOCH_MILLIS, Written,
+    dead_letter_allowed, order_key, skew,
 };
 
 /// The table the transactional handler writes: one item per record, one per partition key.
@@ -94,7 +94,7 @@ pub struct Counts {
     pub transactions: u64,
     /// Store faults injected: throttled, lost answers, slow calls, steals, readings of rows
     /// throttled (aimed; none here).
-    pub faults: [u64; 5],
+    pub faults: [u64; 4],
 }
 
 impl Counts {
@@ -276,6 +276,8 @@ enum Decision {
     Done,
     Retry(String),
     Reject(String),
+    /// The record kills its invocation, before any effect.
+    Die,
 }
 
 /// The faults a record asks for, as the shared handler of `tests/invariants.rs` plays them.
@@ -292,11 +294,15 @@ async fn decide(
     };
     let attempt = {
         let mut journal = shared.journal.lock().unwrap();
+        journal
+            .last_started
+            .insert(invocation.to_owned(), position.clone());
         let attempt = journal.attempts.entry(position.clone()).or_default();
         *attempt += 1;
         *attempt
     };
     match payload.fault {
+        Fault::Kills(n) if attempt <= n => return Decision::Die,
         Fault::Retry(n) if attempt <= n => return Decision::Retry(format!("attempt {attempt}")),
         Fault::Panic(n) if attempt <= n => panic!("injected panic, attempt {attempt}"),
         Fault::Stubborn => return Decision::Retry("never succeeds".to_owned()),
@@ -328,6 +334,15 @@ struct Dying {
 }
 
 impl Dying {
+    /// The record at `position` kills the invocation (`Fault::Kills`).
+    async fn killed_by(&self, shared: &Shared, invocation: &str, position: &str) -> ! {
+        shared.note(format!("{position} kills {invocation}"));
+        shared.killed(position, invocation);
+        self.death.notify_one();
+        std::future::pending::<()>().await;
+        unreachable!("a dead invocation runs nothing more")
+    }
+
     /// After a record's work: dies here when this is the planned record.
     async fn after(&self, shared: &Shared, invocation: &str, position: &str) {
         let count = self.handled.fetch_add(1, Ordering::SeqCst) + 1;
@@ -347,12 +362,8 @@ impl Dying {
 
 impl Harness {
     fn gate(&self) -> Gate {
-        let mut gate = Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
-            .clock(self.shared.clock.clone());
-        if let Some(age) = self.scenario.record_age {
-            gate = gate.maximum_record_age(age);
-        }
-        gate
+        Gate::new(self.topology.clone(), StartingPosition::TrimHorizon)
+            .clock(self.shared.clock.clone())
     }
 
     async fn batch(
@@ -368,6 +379,7 @@ impl Harness {
             inner: self.dead_letters.clone(),
             shared: self.shared.clone(),
             invocation: invocation.clone(),
+            delivered: None,
         });
         let skew = Duration::from_millis(self.scenario.skew_ms);
         match self.side {
@@ -381,6 +393,7 @@ impl Harness {
                         match decide(&record, &shared, &invocation, deadline, started).await {
                             Decision::Retry(error) => Effect::Retry(error.into()),
                             Decision::Reject(error) => Effect::Reject(error.into()),
+                            Decision::Die => dying.killed_by(&shared, &invocation, &position).await,
                             Decision::Done => {
                                 shared.handled(&position, &invocation, false);
                                 let mut writes = Writes::from(add_one(record_item(&position)));
@@ -420,6 +433,7 @@ impl Harness {
                         match decide(&record, &shared, &invocation, deadline, started).await {
                             Decision::Retry(error) => Outcome::retry(error),
                             Decision::Reject(error) => Outcome::reject(error),
+                            Decision::Die => dying.killed_by(&shared, &invocation, &position).await,
                             Decision::Done => {
                                 shared.handled(&position, &invocation, false);
                                 // The effect, applied by the handler before any checkpoint.
@@ -518,7 +532,10 @@ impl Function for Harness {
                 }
                 report = self.batch(store, event, &context, &dying) => {
                     let report = report.map_err(|e| InvocationError::Function(e.to_string()))?;
-                    for shard in every_shard(&report.shards) {
+                    if super::ended_unrecorded(&report) {
+                        self.shared.journal.lock().unwrap().unrecorded_ends.insert(invocation.clone());
+                    }
+                    for shard in &report.shards {
                         self.shared.note(format!(
                             "{invocation} reports {}: stopped {:?}, {:?}",
                             shard.key,
@@ -562,9 +579,7 @@ async fn later_batches(stream: &MemoryStream, written: &mut Written, harness: &H
         .to_json();
         let sequence = stream.put(&key, payload.clone());
         written.faults.insert(sequence.clone(), Fault::None);
-        let arrival_millis = scenario.record_age.map_or(VIRTUAL_EPOCH_MILLIS, |age| {
-            harness.shared.clock.now_millis() - age.as_millis() as u64 * 9 / 10
-        });
+        let arrival_millis = VIRTUAL_EPOCH_MILLIS;
         let record = serde_json::json!({
             "kinesis": {
                 "kinesisSchemaVersion": "1.0",
@@ -614,11 +629,7 @@ pub async fn run(
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
     let mut written = scenario.stream(&mut rng, clock.clone()).await;
     let stream = written.stream.clone().expect("written");
-    let mut scenario = scenario.clone();
-    if let Some(age) = covered_record_age(&scenario, &stream) {
-        scenario.record_age = Some(age);
-        scenario.mapping = scenario.mapping.clone().maximum_record_age(Some(age));
-    }
+    let scenario = scenario.clone();
     {
         let mut trace = trace.lock().unwrap();
         trace.push(format!("{side:?} {scenario:?}"));
@@ -648,7 +659,7 @@ pub async fn run(
     });
     let lease_ttl = Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms));
     let harness = Arc::new(Harness {
-        store: chaos.clone(),
+        store: Arc::new(Layered::new(chaos.clone(), super::Pins(shared.clone()))),
         memory: memory.clone(),
         dead_letters: Arc::new(MemoryDeadLetters::new()),
         topology: Arc::new(stream.clone()),
@@ -722,11 +733,14 @@ pub async fn run(
                         .fair_starts
                         .contains(&(h.invocation.clone(), position.clone()))
                 });
-            if dead_lettered && !starved && !fault.may_be_dead_lettered(scenario.max_attempts) {
-                return Err(format!(
-                    "record {position} of {shard} ({fault:?}, {} attempts allowed) was dead-lettered: {sorted:?}",
-                    scenario.max_attempts
-                ));
+            if dead_lettered && !starved {
+                dead_letter_allowed(
+                    &journal,
+                    &report.timed_out,
+                    (&position, fault),
+                    scenario.max_attempts,
+                )
+                .map_err(|why| format!("record {position} of {shard} {why}: {sorted:?}"))?;
             }
             if times > 1 {
                 counts.applied_again += 1;

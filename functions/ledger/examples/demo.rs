@@ -52,9 +52,6 @@ impl Tally {
                 self.done.insert(record.position.to_string());
             }
         }
-        for parent in &shard.parents {
-            self.add(parent);
-        }
     }
 }
 

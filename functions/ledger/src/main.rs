@@ -92,15 +92,7 @@ async fn run<H: Handler, M: CheckpointMode>(
         .map_or(Ok(StartingPosition::TrimHorizon), |position| {
             position.parse()
         })?;
-    let mut gate = Gate::new(Arc::new(KinesisTopology::new(config)), starting_position);
-    // The mapping's limits, which template.yaml sets from the parameters the mapping reads: the
-    // gate then finds what the mapping gives up on.
-    if let Some(attempts) = mapping_limit("MAXIMUM_RETRY_ATTEMPTS")? {
-        gate = gate.maximum_retry_attempts(attempts);
-    }
-    if let Some(age) = mapping_limit("MAXIMUM_RECORD_AGE_SECONDS")? {
-        gate = gate.maximum_record_age(std::time::Duration::from_secs(age.into()));
-    }
+    let gate = Gate::new(Arc::new(KinesisTopology::new(config)), starting_position);
     let max_in_flight: usize = std::env::var("MAX_IN_FLIGHT").map_or(Ok(1), |n| {
         n.parse()
             .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
@@ -123,32 +115,4 @@ async fn run<H: Handler, M: CheckpointMode>(
     // by Lambda Managed Instances, or by `cargo lambda watch --concurrency N`) allows more: then
     // that many at once in this process, each with its own lease owner (its request id).
     lambda_runtime::run_concurrent(processor.service()).await
-}
-
-/// The mapping's limit in the environment variable `name`: `None` unset or `-1` (no limit).
-fn mapping_limit(name: &str) -> Result<Option<u32>, String> {
-    std::env::var(name).map_or(Ok(None), |value| parse_limit(name, &value))
-}
-
-fn parse_limit(name: &str, value: &str) -> Result<Option<u32>, String> {
-    match value.trim() {
-        "-1" => Ok(None),
-        n => n
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{name} is the mapping's limit (-1 for none), not '{value}'")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_limit;
-
-    #[test]
-    fn a_mapping_limit_of_minus_one_is_none_and_a_finite_one_is_told() {
-        assert_eq!(parse_limit("MAXIMUM_RETRY_ATTEMPTS", "-1"), Ok(None));
-        assert_eq!(parse_limit("MAXIMUM_RETRY_ATTEMPTS", "3"), Ok(Some(3)));
-        let error = parse_limit("MAXIMUM_RECORD_AGE_SECONDS", "an hour").unwrap_err();
-        assert!(error.contains("MAXIMUM_RECORD_AGE_SECONDS"), "{error}");
-    }
 }

@@ -8,15 +8,13 @@ use crate::engine::keyed::{self, Limits};
 use crate::handler::Handler;
 use crate::key::{LeaseKey, row_key};
 use crate::sequence::Position;
-use crate::store::{CheckpointStore, LeaseError, LeaseState, read_rows_again_once};
+use crate::store::{CheckpointStore, LeaseError, LeaseState};
 
 /// A partition key's row as read.
 pub(super) struct KeyRow {
     pub(super) row: LeaseKey,
     pub(super) checkpoint: Option<Position>,
     pub(super) state: LeaseState,
-    /// The key has records in the batch (not only in a range the lane skipped).
-    pub(super) in_batch: bool,
 }
 
 /// Why the keys' rows could not be used.
@@ -25,21 +23,18 @@ pub(super) enum RowsUnread {
     Checkpoint(LeaseKey, crate::sequence::SequenceError),
 }
 
-/// The rows read before a batch runs: its keys', the shard's own, and the shard's open-marks
-/// row when one was asked for.
+/// The rows read before a batch runs: its keys', and the shard's own.
 pub(super) struct Read {
     pub(super) keys: HashMap<String, KeyRow>,
     pub(super) shard: LeaseState,
-    pub(super) open: Option<LeaseState>,
 }
 
-/// Reads the rows of the partition keys of `entries` (by the key Kinesis routed by), the
-/// shard's own row and the `open` row if any, in one [`CheckpointStore::read_rows`].
+/// Reads the rows of the partition keys of `entries` (by the key Kinesis routed by) and the
+/// shard's own row, in one [`CheckpointStore::read_rows`].
 pub(super) async fn read_keys(
     store: &dyn CheckpointStore,
     key: &LeaseKey,
     entries: &[Entry],
-    open: Option<LeaseKey>,
 ) -> Result<Read, RowsUnread> {
     let mut partition_keys: Vec<&str> = entries.iter().filter_map(Entry::routing_key).collect();
     partition_keys.sort_unstable();
@@ -51,18 +46,9 @@ pub(super) async fn read_keys(
     // A container consumer sharing the table (the seed crate's, which keys by `stream:shard`)
     // may hold the shard's lease or have checkpointed it.
     rows.push(key.clone());
-    let asks_open = open.is_some();
-    rows.extend(open);
-    // A batch that runs nothing leaves no mark, and the mapping may give up on it.
-    let mut states = read_rows_again_once(store, &rows, "the partition keys'")
-        .await
-        .map_err(RowsUnread::Store)?;
-    let open = asks_open.then(|| {
-        rows.pop();
-        states.pop().unwrap_or_default()
-    });
+    let mut states = store.read_rows(&rows).await.map_err(RowsUnread::Store)?;
     rows.pop();
-    let shard_row = states.pop().unwrap_or_default();
+    let shard = states.pop().unwrap_or_default();
     let mut keys = HashMap::with_capacity(rows.len());
     for ((partition_key, row), state) in partition_keys.iter().zip(rows).zip(states) {
         let checkpoint = match state.position() {
@@ -75,15 +61,10 @@ pub(super) async fn read_keys(
                 row,
                 checkpoint,
                 state,
-                in_batch: true,
             },
         );
     }
-    Ok(Read {
-        keys,
-        shard: shard_row,
-        open,
-    })
+    Ok(Read { keys, shard })
 }
 
 /// Runs `entries` per partition key, in order per key, against the keys' rows as read: a

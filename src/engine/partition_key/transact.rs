@@ -11,7 +11,7 @@
 //! fenced. The row moves to the key's last record done before its next record with writes in
 //! a later chunk (every field it carries as the plain write computes it), or, in the chunk
 //! holding the key's last record with writes, to everything the plain write would give it
-//! (failing record, mark, TTL). Several keys share one transaction; the rows take one action
+//! (failing record, TTL). Several keys share one transaction; the rows take one action
 //! each and their bytes. Keys without writes ride in the last chunk while it has room; the rest
 //! go out as the plain mode's [`write`](super::commits::write).
 //!
@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::commits::{Batch, Marks, key_commits_of, write};
+use super::commits::{Batch, key_commits_of, write};
 use crate::effects::{
     ConditionFailed, ItemId, MAX_ACTIONS, MAX_BYTES, OnConditionFailed, TooLarge, Write, Writes,
     token,
@@ -55,7 +55,6 @@ pub(super) async fn commit<H: Handler>(
     runner: &Runner<'_, H>,
     batch: &Batch<'_>,
     run: &mut keyed::Run,
-    marks: &Marks<'_>,
 ) -> Vec<(String, StopReason)> {
     let mut staged: BTreeMap<Position, Writes> = runner
         .staged
@@ -79,7 +78,7 @@ pub(super) async fn commit<H: Handler>(
     let mut from = 0;
     let mut revision = 0_u32;
     loop {
-        let finals: HashMap<String, KeyCommit> = key_commits_of(batch, &run.states, &marks(run))
+        let finals: HashMap<String, KeyCommit> = key_commits_of(batch, &run.states)
             .into_iter()
             .filter(|(partition_key, _)| !settled.contains(partition_key))
             .map(|(partition_key, commit)| {
@@ -368,7 +367,7 @@ fn plan(
             .find(|&index| batch.entries[index].routing_key() == Some(partition_key));
         let commit = match next {
             None => finals.get(*partition_key).cloned(),
-            Some(next) => key_commits_of(batch, &states[..next], &HashMap::new())
+            Some(next) => key_commits_of(batch, &states[..next])
                 .into_iter()
                 .find(|(k, _)| k == partition_key)
                 .map(|(_, commit)| bumped(commit, bumps, partition_key)),

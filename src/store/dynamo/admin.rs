@@ -10,8 +10,8 @@ use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::{Clauses, is_condition_failure, set_position};
 use super::schema::{
-    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, EXPIRES_AT, EXPIRY, FAILING,
-    KEY, OWNER,
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, DONE_ABOVE, EXPIRES_AT, EXPIRY, FAILING, KEY,
+    OBSOLETE, OWNER, REPORTED,
 };
 use crate::key::LeaseKey;
 use crate::sequence::Position;
@@ -189,15 +189,17 @@ impl DynamoLeaseStore {
             Some(position) => {
                 request = set_position(request, &mut clauses, position, &Below::Keep);
             }
-            None => clauses.remove.extend([
-                CHECKPOINT,
-                CHECKPOINT_SUB,
-                AGGREGATE_SEQUENCE,
-                AGGREGATE_SUB,
-                EXPIRES_AT,
-            ]),
+            None => {
+                clauses
+                    .remove
+                    .extend([CHECKPOINT, AGGREGATE_SEQUENCE, AGGREGATE_SUB, EXPIRES_AT])
+            }
         }
-        clauses.remove.extend([FAILING, OWNER, EXPIRY]);
+        // What the row remembered of the old position goes with it.
+        clauses
+            .remove
+            .extend([FAILING, OWNER, EXPIRY, REPORTED, DONE_ABOVE]);
+        clauses.remove.extend(OBSOLETE);
         request = request
             .update_expression(clauses.expression())
             .return_values(ReturnValue::AllOld)

@@ -11,9 +11,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::DynamoLeaseStore;
 use super::conversion::state_of;
 use super::expressions::{Clauses, is_condition_failure, set_failing, set_parents, set_position};
-use super::schema::{DONE_ABOVE, EXPIRY, OURS, OWNER, REPORTED};
+use super::schema::{DONE_ABOVE, EXPIRY, OBSOLETE, OURS, OWNER, REPORTED};
 use crate::key::LeaseKey;
 use crate::sequence::Position;
+use crate::store::memory::millis;
 use crate::store::{
     Below, BoxFuture, CheckpointStore, Claim, Commit, KeyCommit, LeaseError, LeaseState,
     ReportedChange,
@@ -30,7 +31,8 @@ impl CheckpointStore for DynamoLeaseStore {
         Box::pin(async move {
             let row = key.to_string();
             self.count_request();
-            let mut request = self.take(&row, owner, ttl);
+            let expiry = self.clock.now_millis().saturating_add(millis(ttl));
+            let mut request = self.take_until(&row, owner, expiry);
             if let Some(attempting) = attempting {
                 request = request
                     .update_expression(
@@ -42,8 +44,10 @@ impl CheckpointStore for DynamoLeaseStore {
                         AttributeValue::S(attempting.to_string()),
                     );
             }
+            // The row as it was: whose lease this claim took, and from it the row as written
+            // (the same changes the update makes), in the one request.
             let outcome = request
-                .return_values(ReturnValue::AllNew)
+                .return_values(ReturnValue::AllOld)
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 )
@@ -51,8 +55,20 @@ impl CheckpointStore for DynamoLeaseStore {
                 .await;
             match outcome {
                 Ok(output) => {
-                    let own = state_of(output.attributes.as_ref());
-                    Ok(Claim::Acquired(self.with_legacy(key, own).await?))
+                    let mut state = state_of(output.attributes.as_ref());
+                    let lapsed = state
+                        .lease_owner
+                        .as_ref()
+                        .is_some_and(|before| before != owner);
+                    let lapsed_mark = state.reported.clone().filter(|_| lapsed);
+                    state.lease_owner = Some(owner.to_owned());
+                    state.lease_expiry = Some(expiry);
+                    state.lease_counter += 1;
+                    if state.reported.is_none() {
+                        state.reported = attempting.cloned();
+                    }
+                    let state = self.with_legacy(key, state).await?;
+                    Ok(Claim::Acquired { state, lapsed_mark })
                 }
                 Err(error) if is_condition_failure(&error) => {
                     let holder = error.as_service_error().and_then(|service| match service {
@@ -84,7 +100,7 @@ impl CheckpointStore for DynamoLeaseStore {
         commit: &'a Commit,
     ) -> BoxFuture<'a, Result<bool, LeaseError>> {
         Box::pin(async move {
-            let request = self.commit_request(key, owner, commit, true);
+            let request = self.commit_request(key, owner, commit, !commit.keep_lease);
             self.conditional("UpdateItem (checkpoint and release)", key, request)
                 .await
         })
@@ -115,7 +131,7 @@ impl CheckpointStore for DynamoLeaseStore {
             let request = match expected {
                 Some(expected) => request
                     .condition_expression(
-                        "checkpoint = :expected AND attribute_not_exists(checkpoint_sub) \
+                        "checkpoint = :expected \
                          AND (attribute_not_exists(aggregate_sequence) \
                               OR size(aggregate_sequence) < :length \
                               OR (size(aggregate_sequence) = :length AND aggregate_sequence <= :expected)) \
@@ -158,25 +174,6 @@ impl CheckpointStore for DynamoLeaseStore {
         commits: &'a [KeyCommit],
     ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
         Box::pin(self.write_many(commits))
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(async move {
-            let row = key.to_string();
-            self.count_request();
-            self.update(&row)
-                .update_expression("SET contended = :first ADD lease_counter :one")
-                .expression_attribute_values(":first", AttributeValue::S(first.to_string()))
-                .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
-                .send()
-                .await
-                .map_err(|error| self.failed("UpdateItem (mark contended)", &row, &error))?;
-            Ok(())
-        })
     }
 
     fn transact<'a>(
@@ -241,13 +238,7 @@ impl DynamoLeaseStore {
                 );
             }
         }
-        if let Some(done) = &commit.contended_done {
-            clauses.set.push("contended_done = :contended_done");
-            request = request.expression_attribute_values(
-                ":contended_done",
-                AttributeValue::S(done.to_string()),
-            );
-        }
+        clauses.remove.extend(OBSOLETE);
         if release {
             clauses.remove.extend([OWNER, EXPIRY]);
         }

@@ -5,12 +5,11 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::schema::{
-    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, CHECKPOINT_SUB, CONTENDED, CONTENDED_DONE,
-    COUNTER, DONE_ABOVE, EXPIRES_AT, EXPIRY, FAILING, OPEN_MARKS, OWNER, PARENTLESS, PARENTS,
-    REPORTED,
+    AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT, COUNTER, DONE_ABOVE, EXPIRES_AT, EXPIRY,
+    FAILING, OWNER, PARENTLESS, PARENTS, REPORTED,
 };
 use crate::sequence::Position;
-use crate::store::{FailingRecord, LeaseState, OpenMark};
+use crate::store::{FailingRecord, LeaseState};
 
 /// The row's state; an absent row is the default state.
 pub(super) fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseState {
@@ -25,7 +24,6 @@ pub(super) fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseS
             .and_then(|n| n.parse::<u64>().ok())
     };
     state.checkpoint = string(CHECKPOINT);
-    state.checkpoint_sub = number(CHECKPOINT_SUB);
     state.aggregate_sequence = string(AGGREGATE_SEQUENCE);
     state.aggregate_sub = number(AGGREGATE_SUB);
     state.lease_owner = string(OWNER);
@@ -49,34 +47,7 @@ pub(super) fn state_of(item: Option<&HashMap<String, AttributeValue>>) -> LeaseS
         .map(|positions| positions_of(positions))
         .unwrap_or_default();
     state.reported = string(REPORTED).and_then(|member| positions_of(&[member]).pop());
-    state.contended = string(CONTENDED).and_then(|member| positions_of(&[member]).pop());
-    state.contended_done = string(CONTENDED_DONE).and_then(|member| positions_of(&[member]).pop());
-    state.open_marks = item
-        .get(OPEN_MARKS)
-        .and_then(|v| v.as_ss().ok())
-        .map(|members| open_marks_of(members))
-        .unwrap_or_default();
     state
-}
-
-/// An open mark as its set's member: `position@arrival`.
-pub(super) fn open_member(open: &OpenMark) -> String {
-    format!("{}@{}", open.mark, open.arrival)
-}
-
-/// The open marks of an `open_marks` set, in order. A member that is not one was not written
-/// by this toolkit: it is ignored.
-fn open_marks_of(members: &[String]) -> Vec<OpenMark> {
-    let mut open: Vec<OpenMark> = members
-        .iter()
-        .filter_map(|member| {
-            let (position, arrival) = member.rsplit_once('@')?;
-            let mark = positions_of(&[position.to_owned()]).pop()?;
-            Some(OpenMark::new(mark, arrival.parse().ok()?))
-        })
-        .collect();
-    open.sort();
-    open
 }
 
 /// The positions of a `done_above` set (`sequence` or `sequence/sub`), in order. A member that

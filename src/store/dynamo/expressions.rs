@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::schema::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, CHECKPOINT_SUB, FAILING};
+use super::schema::{AGGREGATE_SEQUENCE, AGGREGATE_SUB, FAILING};
 use crate::sequence::Position;
 use crate::store::memory::millis;
 use crate::store::{Below, Commit, FailingChange, FailingRecord, RowForm};
@@ -73,13 +73,6 @@ pub(super) fn position_clauses(
             values.push((":aggregate_sub", AttributeValue::N(sub.to_string())));
         }
         None => clauses.remove.extend([AGGREGATE_SEQUENCE, AGGREGATE_SUB]),
-    }
-    match form.legacy_sub {
-        Some(sub) => {
-            clauses.set.push("checkpoint_sub = :sub");
-            values.push((":sub", AttributeValue::N(sub.to_string())));
-        }
-        None => clauses.remove.push(CHECKPOINT_SUB),
     }
     values
 }

@@ -46,8 +46,8 @@ impl LeaseStore for DynamoLeaseStore {
             let request = self
                 .update(&key.to_string())
                 .update_expression(
-                    "SET checkpoint = :seq REMOVE checkpoint_sub, aggregate_sequence, \
-                     aggregate_sub ADD lease_counter :one",
+                    "SET checkpoint = :seq REMOVE aggregate_sequence, aggregate_sub \
+                     ADD lease_counter :one",
                 )
                 .condition_expression(OURS)
                 .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
@@ -138,9 +138,8 @@ impl DynamoLeaseStore {
     }
 
     /// Writes `position` as the checkpoint under `owner`'s lease, keeping the lease: a
-    /// position inside an aggregate beside the checkpoint, in the row's form (a row of the
-    /// 0.1.0 form at this very aggregate keeps its form). Returns `false` when fenced. The
-    /// engine does not need it (its last write is
+    /// position inside an aggregate beside the checkpoint, in the row's form. Returns `false`
+    /// when fenced. The engine does not need it (its last write is
     /// [`commit`](crate::store::CheckpointStore::commit)); tools and tests that write a row step
     /// by step do.
     ///
@@ -165,39 +164,17 @@ impl DynamoLeaseStore {
         owner: &str,
         position: &Position,
     ) -> Result<bool, LeaseError> {
-        {
-            let write = |below: &Below| {
-                let mut clauses = Clauses::default();
-                set_position(self.update(&key.to_string()), &mut clauses, position, below)
-                    .update_expression(clauses.expression())
-                    .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-            };
-            let Position::Record {
-                sequence,
-                sub_sequence: Some(_),
-            } = position
-            else {
-                let request = write(&Below::Keep).condition_expression(OURS);
-                return self
-                    .conditional("UpdateItem (checkpoint)", key, request)
-                    .await;
-            };
-            // Inside an aggregate, `checkpoint` stays; unless the row is of the 0.1.0 form at
-            // this very aggregate, which keeps its form (see `Below::Legacy`).
-            let request = write(&Below::Keep)
-                .condition_expression(
-                    "lease_owner = :me AND NOT (checkpoint = :inside AND attribute_exists(checkpoint_sub))",
-                )
-                .expression_attribute_values(":inside", AttributeValue::S(sequence.to_string()));
-            if self
-                .conditional("UpdateItem (checkpoint)", key, request)
-                .await?
-            {
-                return Ok(true);
-            }
-            let request = write(&Below::Legacy).condition_expression(OURS);
-            self.conditional("UpdateItem (checkpoint, 0.1.0 form)", key, request)
-                .await
-        }
+        let mut clauses = Clauses::default();
+        let request = set_position(
+            self.update(&key.to_string()),
+            &mut clauses,
+            position,
+            &Below::Keep,
+        )
+        .update_expression(clauses.expression())
+        .condition_expression(OURS)
+        .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()));
+        self.conditional("UpdateItem (checkpoint)", key, request)
+            .await
     }
 }

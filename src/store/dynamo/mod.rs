@@ -22,6 +22,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::clock::{self, Clock};
 use crate::key::LeaseKey;
 use crate::lazy_client::LazyClient;
+use crate::store::memory::millis;
 use crate::store::{LeaseError, LeaseState};
 
 mod admin;
@@ -243,13 +244,22 @@ impl DynamoLeaseStore {
 
     /// The conditional write that takes the lease of `row` for `owner`: free, ours, or expired.
     fn take(&self, row: &str, owner: &str, ttl: Duration) -> UpdateItemFluentBuilder {
+        self.take_until(
+            row,
+            owner,
+            self.clock.now_millis().saturating_add(millis(ttl)),
+        )
+    }
+
+    /// [`take`](Self::take), the lease lapsing at `expiry` (epoch milliseconds).
+    fn take_until(&self, row: &str, owner: &str, expiry: u64) -> UpdateItemFluentBuilder {
         self.update(row)
             .update_expression(
                 "SET lease_owner = :me, lease_expiry = :expiry ADD lease_counter :one",
             )
             .condition_expression(TAKEABLE)
             .expression_attribute_values(":me", AttributeValue::S(owner.to_owned()))
-            .expression_attribute_values(":expiry", self.expiry_after(ttl))
+            .expression_attribute_values(":expiry", AttributeValue::N(expiry.to_string()))
             .expression_attribute_values(":now", self.now_value())
     }
 
@@ -319,18 +329,11 @@ impl DynamoLeaseStore {
                 stream: key.stream().to_owned(),
             }));
         }
-        let mut adopt = self
+        let adopt = self
             .update(&key.to_string())
             .condition_expression("attribute_not_exists(checkpoint)")
+            .update_expression("SET checkpoint = :seq ADD lease_counter :one")
             .expression_attribute_values(":seq", AttributeValue::S(checkpoint.clone()));
-        adopt = match bare.checkpoint_sub {
-            Some(sub) => adopt
-                .update_expression(
-                    "SET checkpoint = :seq, checkpoint_sub = :sub ADD lease_counter :one",
-                )
-                .expression_attribute_values(":sub", AttributeValue::N(sub.to_string())),
-            None => adopt.update_expression("SET checkpoint = :seq ADD lease_counter :one"),
-        };
         if self
             .conditional("UpdateItem (adopt legacy row)", key, adopt)
             .await?
@@ -344,7 +347,6 @@ impl DynamoLeaseStore {
             );
             return Ok(LeaseState {
                 checkpoint: Some(checkpoint),
-                checkpoint_sub: bare.checkpoint_sub,
                 lease_counter: own.lease_counter + 1,
                 ..own
             });

@@ -8,12 +8,12 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 
 use super::DynamoLeaseStore;
-use super::conversion::{open_member, state_of};
+use super::conversion::state_of;
 use super::expressions::failing_item;
 use super::expressions::{Clauses, position_clauses};
-use super::schema::{FAILING, KEY, OPEN_MARKS, REPORTED};
+use super::schema::{FAILING, KEY, OBSOLETE, REPORTED};
 use crate::key::LeaseKey;
-use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, ReportedChange, RowForm};
+use crate::store::{FailingChange, KeyCommit, LeaseError, LeaseState, RowForm};
 
 /// The most items one `BatchGetItem` reads and one `TransactWriteItems` writes.
 const MANY: usize = 100;
@@ -41,29 +41,9 @@ impl DynamoLeaseStore {
                 values.insert(":failing".to_owned(), failing_item(failing));
             }
         }
-        match &commit.reported {
-            ReportedChange::Keep => {}
-            ReportedChange::Clear => clauses.remove.push(REPORTED),
-            ReportedChange::Set(position) => {
-                clauses.set.push("reported = :reported");
-                values.insert(
-                    ":reported".to_owned(),
-                    AttributeValue::S(position.to_string()),
-                );
-            }
-        }
-        match commit.open_marks.as_deref() {
-            None => {}
-            // A string set cannot be empty.
-            Some([]) => clauses.remove.push(OPEN_MARKS),
-            Some(open_marks) => {
-                clauses.set.push("open_marks = :open");
-                values.insert(
-                    ":open".to_owned(),
-                    AttributeValue::Ss(open_marks.iter().map(open_member).collect()),
-                );
-            }
-        }
+        // Key rows keep no mark any more: `reported` goes with the attributes no one reads.
+        clauses.remove.extend(OBSOLETE);
+        clauses.remove.push(REPORTED);
         if let Some(expires_at) = commit.expires_at {
             clauses.set.push("expires_at = :expires");
             values.insert(

@@ -7,7 +7,6 @@ pub(super) const OWNER: &str = "lease_owner";
 pub(super) const EXPIRY: &str = "lease_expiry";
 pub(super) const COUNTER: &str = "lease_counter";
 pub(super) const CHECKPOINT: &str = "checkpoint";
-pub(super) const CHECKPOINT_SUB: &str = "checkpoint_sub";
 pub(super) const AGGREGATE_SEQUENCE: &str = "aggregate_sequence";
 pub(super) const AGGREGATE_SUB: &str = "aggregate_sub";
 pub(super) const PARENTS: &str = "parent_shards";
@@ -18,12 +17,14 @@ pub(super) const FAILING: &str = "failing";
 pub(super) const EXPIRES_AT: &str = "expires_at";
 pub(super) const DONE_ABOVE: &str = "done_above";
 pub(super) const REPORTED: &str = "reported";
-pub(super) const CONTENDED: &str = "contended";
-/// The `contended` mark the toolkit's own last write passed; other writers ignore it.
-pub(super) const CONTENDED_DONE: &str = "contended_done";
-/// The partition-key mode's open marks, on a shard's `#open` row only: a string set of
-/// `position@arrival` (epoch milliseconds).
-pub(super) const OPEN_MARKS: &str = "open_marks";
+/// Attributes earlier versions wrote and nothing reads any more: the last write of an
+/// invocation removes them, so a row sheds them the first time it is used.
+pub(super) const OBSOLETE: [&str; 4] = [
+    "checkpoint_sub",
+    "contended",
+    "contended_done",
+    "open_marks",
+];
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 pub(super) const TAKEABLE: &str =

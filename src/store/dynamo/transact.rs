@@ -29,7 +29,12 @@ impl DynamoLeaseStore {
         transaction: &Transaction,
     ) -> Result<Transacted, LeaseError> {
         let row = key.to_string();
-        let request = self.commit_request(key, owner, &transaction.commit, transaction.release);
+        let request = self.commit_request(
+            key,
+            owner,
+            &transaction.commit,
+            !transaction.commit.keep_lease,
+        );
         let input = request.as_input();
         let update = Update::builder()
             .table_name(&self.table)

@@ -36,8 +36,6 @@ pub enum Operation {
     ReadRows,
     /// [`CheckpointStore::commit_rows`](crate::store::CheckpointStore::commit_rows).
     CommitRows,
-    /// [`CheckpointStore::mark_contended`](crate::store::CheckpointStore::mark_contended).
-    MarkContended,
     /// `CheckpointStore::transact` (feature `dynamodb`): records' writes and the lease row's
     /// update in one transaction.
     Transact,
@@ -51,7 +49,7 @@ impl Operation {
     ///
     /// ```
     /// # use kinesis_checkpoint::store::Operation;
-    /// assert!(Operation::MarkContended.writes());
+    /// assert!(Operation::Commit.writes());
     /// assert!(!Operation::Read.writes());
     /// ```
     #[must_use]
@@ -158,10 +156,6 @@ pub(super) enum Args<'a> {
     CommitRows {
         commits: &'a [KeyCommit],
     },
-    MarkContended {
-        key: &'a LeaseKey,
-        first: &'a Position,
-    },
     #[cfg(feature = "dynamodb")]
     Transact {
         key: &'a LeaseKey,
@@ -189,7 +183,6 @@ impl<'a> Call<'a> {
             Args::Finish { .. } => Operation::Finish,
             Args::ReadRows { .. } => Operation::ReadRows,
             Args::CommitRows { .. } => Operation::CommitRows,
-            Args::MarkContended { .. } => Operation::MarkContended,
             #[cfg(feature = "dynamodb")]
             Args::Transact { .. } => Operation::Transact,
             #[cfg(feature = "dynamodb")]
@@ -209,8 +202,7 @@ impl<'a> Call<'a> {
             | Args::Release { key, .. }
             | Args::AcquireAndRead { key, .. }
             | Args::Commit { key, .. }
-            | Args::Finish { key, .. }
-            | Args::MarkContended { key, .. } => Some(key),
+            | Args::Finish { key, .. } => Some(key),
             #[cfg(feature = "dynamodb")]
             Args::Transact { key, .. } => Some(key),
             Args::ReadRows { .. } | Args::CommitRows { .. } => None,
@@ -286,7 +278,7 @@ impl<'a> Call<'a> {
     }
 
     /// The transaction of `CheckpointStore::transact` (feature `dynamodb`): its records'
-    /// writes, its commit of the lease row, whether it releases, its token.
+    /// writes, its commit of the lease row, its token.
     #[cfg(feature = "dynamodb")]
     #[must_use]
     pub const fn transaction(&self) -> Option<&'a crate::store::Transaction> {
@@ -319,12 +311,11 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The record the call names: the claim's `attempting`, the contended batch's `first`.
+    /// The record the call names: the claim's `attempting`.
     #[must_use]
     pub const fn position(&self) -> Option<&'a Position> {
         match self.args {
             Args::AcquireAndRead { attempting, .. } => attempting,
-            Args::MarkContended { first, .. } => Some(first),
             _ => None,
         }
     }

@@ -66,7 +66,7 @@ pub use call::{Call, Operation};
 /// # async fn main() -> Result<(), LeaseError> {
 /// let store = Layered::new(Arc::new(MemoryLeaseStore::new()), CountWrites::default());
 /// let key = LeaseKey::new("orders", "shardId-000000000000");
-/// store.mark_contended(&key, &Position::record("7".parse()?)).await?;
+/// store.renew(&key, "me", std::time::Duration::from_secs(30)).await?;
 /// CheckpointStore::read(&store, &key).await?;
 /// assert_eq!(store.layer().0.load(Ordering::Relaxed), 1);
 /// # Ok(())
@@ -246,16 +246,6 @@ impl<S: CheckpointStore + ?Sized, L: Layer> CheckpointStore for Layered<S, L> {
     ) -> BoxFuture<'a, Result<Vec<bool>, LeaseError>> {
         self.route(Args::CommitRows { commits }, move |_| {
             self.inner.commit_rows(commits)
-        })
-    }
-
-    fn mark_contended<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        first: &'a Position,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.route(Args::MarkContended { key, first }, move |_| {
-            self.inner.mark_contended(key, first)
         })
     }
 

@@ -33,7 +33,6 @@ async fn a_layered_store_hands_every_field_of_every_write_to_the_inner_store() {
         "Renew",
         "Commit",
         "Read",
-        "MarkContended",
         "Finish",
         "CommitRows",
         "ReadRows",
