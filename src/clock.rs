@@ -27,13 +27,7 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// - [`sleep`](Self::sleep) returns a future that ends once `now_millis` has advanced by at
 ///   least `duration` (and no sooner, up to the clock's millisecond resolution). A zero duration
 ///   ends at once or at the next tick. The future is `'static`: it borrows nothing of the clock.
-/// - [`now_millis_coarse`](Self::now_millis_coarse) is the same wall time read where it is
-///   cheapest: it may lag `now_millis` by up to the system's clock tick (a few milliseconds),
-///   never leads it, and never runs backwards either. The engine reads it before every record,
-///   and the precise reading only when a decision (the lease lost, too little time to start, a
-///   fair share of the invocation's time) could change within 100 ms of it, so a lag of up to
-///   that changes no decision.
-/// - All are cheap.
+/// - Both are cheap.
 ///
 /// Two clocks of one process may disagree (that is what a skewed sandbox is), but everything
 /// one processor, store or event source does is timed by the one clock it was given.
@@ -57,26 +51,6 @@ pub trait Clock: Send + Sync + fmt::Debug {
 
     /// A future that ends once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> Sleep;
-
-    /// The wall time in milliseconds since the Unix epoch, as cheap to read as the clock can
-    /// make it: behind [`now_millis`](Self::now_millis) by at most the system's clock tick
-    /// (1 to 10 ms on Linux), never ahead of it. What the engine reads before each record to
-    /// check the lease and the deadline; within 100 ms of either limit it reads `now_millis`
-    /// instead, so a record starts or stops exactly as the precise time says.
-    ///
-    /// A clock with no cheaper reading gives `now_millis`, which keeps the contract exactly;
-    /// [`SystemClock`] reads Linux's `CLOCK_REALTIME_COARSE`, a seventh of the cost of the
-    /// precise reading on a virtual CPU (BENCHMARKS.md, section 1, fourteenth round).
-    ///
-    /// ```
-    /// use kinesis_checkpoint::clock::{Clock, SystemClock};
-    ///
-    /// let coarse = SystemClock.now_millis_coarse();
-    /// assert!(coarse <= SystemClock.now_millis());
-    /// ```
-    fn now_millis_coarse(&self) -> u64 {
-        self.now_millis()
-    }
 
     /// The time since a fixed point of this clock, at its finest resolution, never running
     /// backwards: what a measurement of how long something took (a checkpoint write's latency)
@@ -141,16 +115,6 @@ impl Clock for SystemClock {
 
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
-    }
-
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn now_millis_coarse(&self) -> u64 {
-        // The kernel's time at its last tick, read from the vDSO without touching the clock
-        // source: about 6 ns where `SystemTime::now()` takes 43 on a virtual CPU.
-        let time = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
-        let seconds = u64::try_from(time.tv_sec).unwrap_or(0);
-        let millis = u64::try_from(time.tv_nsec).unwrap_or(0) / 1_000_000;
-        seconds.saturating_mul(1_000).saturating_add(millis)
     }
 
     fn monotonic(&self) -> Duration {
@@ -274,22 +238,6 @@ mod tests {
     fn a_time_before_the_epoch_reads_as_zero() {
         assert_eq!(millis_since_epoch(UNIX_EPOCH - Duration::from_secs(1)), 0);
         assert_eq!(millis_since_epoch(UNIX_EPOCH + Duration::from_millis(7)), 7);
-    }
-
-    #[test]
-    fn the_coarse_reading_lags_the_precise_one_by_a_tick_at_most_and_never_leads_it() {
-        let clock = SystemClock;
-        for _ in 0..10_000 {
-            let before = clock.now_millis();
-            let coarse = clock.now_millis_coarse();
-            let after = clock.now_millis();
-            assert!(coarse <= after, "coarse {coarse} ahead of {after}");
-            // Linux ticks at 100 Hz at the slowest: 10 ms, and a little for a descheduling.
-            assert!(
-                coarse + 50 >= before,
-                "coarse {coarse} more than a tick behind {before}"
-            );
-        }
     }
 
     #[test]

@@ -292,8 +292,8 @@ impl Position {
         }
     }
 
-    /// Reads a checkpoint as a lease row stores it: the `checkpoint` string (a sequence number
-    /// or [`SHARD_END`]) and the optional `checkpoint_sub`.
+    /// Reads a position as a lease row stores it: a sequence number (or [`SHARD_END`]) and,
+    /// inside a KPL aggregate, the sub-sequence number.
     ///
     /// # Errors
     ///

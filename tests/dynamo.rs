@@ -247,7 +247,6 @@ async fn attributes_of_earlier_versions_are_ignored_and_dropped_by_the_next_writ
             "open_marks",
             AttributeValue::Ss(vec![format!("{}@1", sequence(4))]),
         )
-        .item("checkpoint_sub", AttributeValue::N("2".to_owned()))
         .send()
         .await
         .unwrap();
@@ -268,12 +267,7 @@ async fn attributes_of_earlier_versions_are_ignored_and_dropped_by_the_next_writ
             .unwrap()
     );
     let raw = raw_row(&client, &table, &key.to_string()).await;
-    for gone in [
-        "contended",
-        "contended_done",
-        "open_marks",
-        "checkpoint_sub",
-    ] {
+    for gone in ["contended", "contended_done", "open_marks"] {
         assert!(!raw.contains_key(gone), "{gone} is dropped: {raw:?}");
     }
     assert_eq!(raw["checkpoint"], AttributeValue::S(sequence(6)));

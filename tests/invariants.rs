@@ -37,15 +37,15 @@
 //!   record at a time), whose stated duplicates are counted, not failed;
 //! - a seed-crate consumer on the same table (`seed_consumer.rs`), in both modes, and, in the
 //!   partition-key mode, a consumer of the whole shard holding its lease (`holder.rs`);
-//! - clock skew between invocations (`skew.rs`), and a lagging cheap reading of the clock.
+//! - clock skew between invocations (`skew.rs`).
 //!
 //! Outside the contract, in the shard mode only (30 % of its scenarios): finite
 //! `MaximumRetryAttempts`, the mapping giving up on batches. The row's mark proves each gap at
 //! the next batch's start, and gap recovery reads the skipped records back (in parts of 2 to 4
 //! records in half of them, `parts.rs`); the stream then goes on with one more record per shard,
 //! so a range discarded at the end is found too. Those scenarios draw no reshard (no parent's
-//! tail is recovered), no stolen lease or refused claim (they leave no mark), and no seed
-//! consumer (its checkpoint passes the mark).
+//! tail is recovered), no throttle, stolen lease or death (a batch turned away by a lingering
+//! lease leaves no mark), and no seed consumer (its checkpoint passes the mark).
 //!
 //! `INVARIANT_SCENARIOS` (default 10,000) and `INVARIANT_SEED` (default 1) choose the scenarios;
 //! a failing one prints its settings and the command that replays it. Each scenario runs alone
@@ -89,7 +89,6 @@ use std::time::Duration;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
-use common::clock::LaggingCheapReading;
 use common::faults::{Chaos, ChaosLevels};
 use kinesis_checkpoint::clock::{Clock, TokioClock};
 use kinesis_checkpoint::dead_letter::MemoryQueue;
@@ -329,8 +328,6 @@ struct Harness {
     pauses: bool,
     /// Every event of one shard is read in chunks.
     chunked: bool,
-    /// How far the processor's cheap reading of the clock lags the precise one (milliseconds).
-    cheap_lag_ms: u64,
     rng: Mutex<Rng>,
 }
 
@@ -342,10 +339,6 @@ impl Harness {
         sink: Arc<dyn DeadLetterSink>,
     ) -> Processor<H, M> {
         let clock = self.shared.clock.clone();
-        let lagging = Arc::new(LaggingCheapReading {
-            inner: clock.clone(),
-            lag: self.cheap_lag_ms,
-        });
         let topology: Arc<dyn kinesis_checkpoint::gate::Topology> = match self.read_cap {
             Some(cap) => Arc::new(parts::Capped {
                 inner: self.topology.clone(),
@@ -360,7 +353,7 @@ impl Harness {
             processor
         };
         processor
-            .clock(lagging)
+            .clock(clock.clone())
             .dead_letters(sink)
             .gate(gate)
             .concurrency(self.in_flight)
@@ -831,8 +824,6 @@ struct Scenario {
     /// Every event of one shard is read in chunks (`Processor::read_in_chunks_above(0)`), as
     /// only events of more than 2 MB are by default: the scenarios' batches are far smaller.
     chunked: bool,
-    /// How far the processor's cheap reading of the clock lags the precise one (milliseconds).
-    cheap_lag_ms: u64,
 }
 
 impl Scenario {
@@ -856,8 +847,6 @@ impl Scenario {
         let mapping = Mapping::default()
             .batch_size(rng.within(1..30) as usize)
             .parallelization_factor(factor)
-            // The contract: no bisecting (drawn all the same, so a seed's other draws stay).
-            .bisect_batch_on_function_error(rng.chance(0.3) && false)
             .duplicate_deliveries(if rng.chance(0.5) { 0.2 } else { 0.0 })
             // Lambda never delivers one partition key to two invocations at once with a
             // factor above 1; in shard mode a concurrent delivery is fenced by the lease. Not
@@ -910,22 +899,27 @@ impl Scenario {
             mapping,
             mode,
             in_flight,
-            death_chance: if rng.chance(0.3) { 0.08 } else { 0.0 },
+            // Not beside discards: a dead invocation's lingering lease turns batches away, and
+            // its claim's mark proves no gap when its batch began with records already done.
+            death_chance: if rng.chance(0.3) && !discards {
+                0.08
+            } else {
+                0.0
+            },
             chaos: if chaotic {
+                // Not beside discards: a refused claim, or a release refused and a lease left to
+                // linger, turns a batch away without a mark, and so does a stolen lease.
                 ChaosLevels {
-                    throttle: 0.05,
+                    throttle: if discards { 0.0 } else { 0.05 },
                     lost_answer: 0.03,
                     latency: 0.1,
                     max_latency: Duration::from_millis(2),
-                    // A stolen lease turns batches away without a mark: not beside discards.
                     steal: if partition_keys || discards {
                         0.0
                     } else {
                         0.02
                     },
                     steal_ttl: Duration::from_millis(30),
-                    // A refused claim leaves no mark either.
-                    claims_answered: discards,
                 }
             } else {
                 ChaosLevels::default()
@@ -953,13 +947,12 @@ impl Scenario {
             letters: Letters::draw(seed),
             // Drawn apart, so that every other setting of a seed stays as it was.
             chunked: Rng::new(seed ^ 0xC4_0C4E).chance(0.5),
-            cheap_lag_ms: Rng::new(seed ^ 0xC0_A25E).within(0..101),
         }
     }
 
     /// Writes the stream: records of `keys` keys, with a split and maybe a merge on the way,
     /// some of them packed into KPL aggregates (and then the split shard's last record is one).
-    async fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
+    fn stream(&self, rng: &mut Rng, clock: Arc<dyn Clock>) -> Written {
         let stream = MemoryStream::new("orders", self.shards).clock(clock);
         let mut written = Written::default();
         // Discards reshard never: a closed parent's tail the mapping gave up on is recovered by
@@ -1026,6 +1019,7 @@ impl Scenario {
                 // A record that kills every invocation only where deaths are counted: elsewhere
                 // the mapping would retry it for ever (the partition-key mode, a five-method
                 // store, a seed consumer releasing a dead invocation's lapsed lease).
+                7 if self.discards => Fault::Retry(1),
                 7 if self.deaths_counted() && rng.chance(0.5) => Fault::Kills(u32::MAX),
                 7 => Fault::Kills(rng.within(1..5) as u32),
                 1 => Fault::Panic(rng.within(1..3) as u32),
@@ -1201,9 +1195,15 @@ async fn later_batches(
         // says which record it left.
         let lease_ms = harness.lease_ttl.as_millis() as u64;
         let patience = 30 + 2 * (lease_ms + 2 * scenario.skew_ms) / 20;
+        // Progress is a handling, or a death: an invocation a record kills handles nothing
+        // and leaves a lease to lapse.
+        let progress = || {
+            harness.shared.tick.load(Ordering::SeqCst)
+                + harness.shared.journal.lock().unwrap().died.len() as u64
+        };
         let (mut attempt, mut idle) = (0, 0);
         while idle < patience && attempt < 20 * patience {
-            let ticks = harness.shared.tick.load(Ordering::SeqCst);
+            let ticks = progress();
             let mut context = common::context(&format!("later-{index}-{attempt}"), 2_000);
             context.deadline = harness.shared.clock.now_millis() + 2_000;
             harness
@@ -1214,11 +1214,7 @@ async fn later_batches(
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
             attempt += 1;
-            idle = if harness.shared.tick.load(Ordering::SeqCst) > ticks {
-                0
-            } else {
-                idle + 1
-            };
+            idle = if progress() > ticks { 0 } else { idle + 1 };
         }
     }
 }
@@ -1258,7 +1254,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
     // jumps to the next timer when all of them wait.
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(VIRTUAL_EPOCH_MILLIS));
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
-    let mut written = scenario.stream(&mut rng, clock.clone()).await;
+    let mut written = scenario.stream(&mut rng, clock.clone());
     let stream = written.stream.clone().expect("written");
     {
         let mut trace = trace.lock().unwrap();
@@ -1332,7 +1328,6 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
         chunked: scenario.chunked,
-        cheap_lag_ms: scenario.cheap_lag_ms,
         lease_holder: scenario.lease_holder,
         running: Arc::default(),
         seed_consumer: scenario.seed_consumer.then(|| {

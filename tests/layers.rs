@@ -79,25 +79,6 @@ async fn the_chaos_layer_reaches_the_five_methods_under_the_seed_store() {
     assert_eq!(memory.read(&key).await.unwrap().lease_owner, None);
 }
 
-/// With its claims answered (the scenarios with a mapping that gives up on batches), the chaos
-/// layer throttles every other call and no claim.
-#[tokio::test]
-async fn the_chaos_layer_answers_every_claim_when_told_to() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let levels = ChaosLevels {
-        throttle: 1.0,
-        claims_answered: true,
-        ..ChaosLevels::default()
-    };
-    let chaos = Chaos::new(memory.clone(), levels, 7).around_store();
-    let shard = LeaseKey::new("orders", "shardId-000000000000");
-    let claim =
-        CheckpointStore::acquire_and_read(&chaos, &shard, "a", Duration::from_mins(1), None).await;
-    assert!(claim.is_ok(), "{claim:?}");
-    assert!(CheckpointStore::read(&chaos, &shard).await.is_err());
-    assert_eq!(*chaos.layer().injected.lock().unwrap(), [1, 0, 0, 0]);
-}
-
 #[tokio::test]
 async fn the_fault_layer_steals_the_lease_before_the_last_write_through_the_real_store() {
     let memory = Arc::new(MemoryLeaseStore::new());

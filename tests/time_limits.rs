@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::clock::LaggingCheapReading;
 use common::faults::faulty;
 use common::{batch, context, n_of, redeliver_from, sequence};
 use kinesis_checkpoint::clock::TokioClock;
@@ -235,12 +234,9 @@ async fn a_lease_is_renewed_while_the_gate_reads_so_a_concurrent_delivery_cannot
 
 const START: u64 = 1_800_000_000_000;
 
-/// A clock at `START` whose cheap reading lags the precise one by `lag` milliseconds.
-fn lagging_by(lag: u64) -> LaggingCheapReading {
-    LaggingCheapReading {
-        inner: Arc::new(TokioClock::starting_at(START)),
-        lag,
-    }
+/// A clock at `START`, on tokio's paused time.
+fn at_start() -> TokioClock {
+    TokioClock::starting_at(START)
 }
 
 /// An invocation's context whose deadline is `millis` after `START`.
@@ -250,12 +246,11 @@ fn deadline_after(millis: u64) -> lambda_runtime::Context {
     context
 }
 
-/// A processor on a clock whose cheap reading lags by `lag` milliseconds, with one attempt per
+/// A processor on a clock at `START`, with one attempt per
 /// record and a deadline margin of 100 ms, whose handler hangs on record `hanging`; and an
 /// invocation context whose deadline is 1 s after `START`.
 fn hanging_on(
     store: &Arc<MemoryLeaseStore>,
-    lag: u64,
     hanging: u64,
 ) -> (
     Processor<impl kinesis_checkpoint::Handler>,
@@ -267,16 +262,16 @@ fn hanging_on(
         }
         Outcome::ack()
     })
-    .clock(Arc::new(lagging_by(lag)))
+    .clock(Arc::new(at_start()))
     .max_attempts(1)
     .deadline_margin(Duration::from_millis(100));
     (processor, deadline_after(1_000))
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lagging_cheap_reading_of_the_clock_does_not_stretch_a_handler_past_the_deadline() {
+async fn a_handler_is_not_stretched_past_the_deadline_less_its_margin() {
     let store = Arc::new(MemoryLeaseStore::new());
-    let (processor, context) = hanging_on(&store, 300, 1);
+    let (processor, context) = hanging_on(&store, 1);
 
     let started = tokio::time::Instant::now();
     let report = processor
@@ -300,12 +295,12 @@ async fn a_lagging_cheap_reading_of_the_clock_does_not_stretch_a_handler_past_th
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_deadline_margin() {
+async fn no_record_starts_inside_the_deadline_margin() {
     let store = Arc::new(MemoryLeaseStore::new());
     // Record 0 hangs until its time limit, the deadline less its margin, and is dead-lettered
     // (one attempt). The cheap reading then says 50 ms are left before the margin; the precise
     // one says none, and record 1 must not start.
-    let (processor, context) = hanging_on(&store, 50, 0);
+    let (processor, context) = hanging_on(&store, 0);
     let sink = Arc::new(MemoryDeadLetters::new());
     let processor = processor.dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);
 
@@ -324,7 +319,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_inside_the_d
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_once_the_lease_has_lapsed() {
+async fn no_record_starts_once_the_lease_has_lapsed() {
     // Renewals are refused, so the local view of the lease lapses 600 ms after the claim (a TTL
     // of 900 ms less its skew margin, a third of it). Record 0 takes 620 ms: the precise clock
     // then says the lease has lapsed, the cheap reading, 50 ms behind, that 30 ms are left; a
@@ -344,7 +339,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_once_the_lea
             Outcome::ack()
         }
     })
-    .clock(Arc::new(lagging_by(50)))
+    .clock(Arc::new(at_start()))
     .lease_ttl(Duration::from_millis(900));
     let context = deadline_after(60_000);
 
@@ -361,8 +356,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_starts_a_record_once_the_lea
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lagging_cheap_reading_of_the_clock_never_charges_a_late_started_record_for_the_deadline()
-{
+async fn a_late_started_record_is_never_charged_for_the_deadline() {
     // Record 0 takes 520 ms of the invocation's 1 s. Record 1 then starts past the middle by
     // the precise clock (480 ms left: less than half, no fair chance) and before it by the
     // cheap reading, 50 ms behind (530 ms left). It hangs into its time limit: not its own
@@ -376,7 +370,7 @@ async fn a_lagging_cheap_reading_of_the_clock_never_charges_a_late_started_recor
         }
         Outcome::ack()
     })
-    .clock(Arc::new(lagging_by(50)))
+    .clock(Arc::new(at_start()))
     .max_attempts(1)
     .deadline_margin(Duration::from_millis(100))
     .dead_letters(sink.clone() as Arc<dyn DeadLetterSink>);

@@ -480,7 +480,6 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
         vec![
             ("lease_key", s(SHARD)),
             ("checkpoint", s(&common::sequence(10))),
-            ("checkpoint_sub", n(2)),
         ],
     )
     .await;
@@ -515,15 +514,13 @@ async fn import_legacy_copies_bare_rows_under_the_stream_and_keeps_newer_checkpo
     println!("{said}");
     assert!(said.contains("imported 1 checkpoints; kept 1"), "{said}");
     let copied = store.row(&LeaseKey::new("orders", SHARD)).await.unwrap();
-    // A position inside an aggregate names no record done whole: it is the aggregate's
-    // progress, with no `checkpoint`.
     assert_eq!(
         (
             copied.checkpoint,
             copied.aggregate_sequence,
             copied.aggregate_sub,
         ),
-        (None, Some(common::sequence(10)), Some(2))
+        (Some(common::sequence(10)), None, None)
     );
     assert_eq!(
         store.row(&newer).await.unwrap().checkpoint,
@@ -745,12 +742,9 @@ fn doctor_finds_nothing_wrong_with_the_repository_template() {
 fn doctor_says_what_to_change_in_a_mapping_that_would_lose_records() {
     let path = broken_template(&[
         ("              - ReportBatchItemFailures\n", ""),
+        ("MaximumRetryAttempts: -1", "MaximumRetryAttempts: 3"),
         (
-            "MaximumRetryAttempts: !Ref MaximumRetryAttempts",
-            "MaximumRetryAttempts: 3",
-        ),
-        (
-            "MaximumRecordAgeInSeconds: !Ref MaximumRecordAgeInSeconds",
+            "MaximumRecordAgeInSeconds: -1",
             "MaximumRecordAgeInSeconds: 3600",
         ),
         (
@@ -768,48 +762,10 @@ fn doctor_says_what_to_change_in_a_mapping_that_would_lose_records() {
         "fix: set `MaximumRetryAttempts: -1`",
         "MaximumRecordAgeInSeconds is 3600",
         "BisectBatchOnFunctionError is on",
-        // Hard-coded in the mapping, the limits no longer reach the function's gate.
-        "MAXIMUM_RETRY_ATTEMPTS is -1",
-        "MAXIMUM_RECORD_AGE_SECONDS is -1",
-        "5 errors, 1 warnings",
+        "3 errors, 1 warnings",
     ] {
         assert!(said.contains(expected), "{expected:?} in:\n{said}");
     }
-}
-
-#[test]
-fn doctor_names_a_finite_mapping_limit_that_the_functions_gate_is_not_told() {
-    // Through the template's parameters, the mapping and the gate agree: only the limit itself
-    // is reported.
-    let told = broken_template(&[(
-        "    Default: -1\n    MinValue: -1\n    MaxValue: 10000\n",
-        "    Default: 3\n    MinValue: -1\n    MaxValue: 10000\n",
-    )]);
-    let (ok, said) = doctor(&told);
-    assert!(!ok, "{said}");
-    assert!(said.contains("MaximumRetryAttempts is 3"), "{said}");
-    assert!(!said.contains("MAXIMUM_RETRY_ATTEMPTS"), "{said}");
-
-    let untold = broken_template(&[
-        (
-            "    Default: -1\n    MinValue: -1\n    MaxValue: 604800\n",
-            "    Default: 3600\n    MinValue: -1\n    MaxValue: 604800\n",
-        ),
-        (
-            "          MAXIMUM_RECORD_AGE_SECONDS: !Ref MaximumRecordAgeInSeconds\n",
-            "",
-        ),
-    ]);
-    let (ok, said) = doctor(&untold);
-    assert!(!ok, "{said}");
-    assert!(
-        said.contains("MaximumRecordAgeInSeconds is 3600 but")
-            && said.contains("MAXIMUM_RECORD_AGE_SECONDS is not set")
-            && said.contains(
-                "fix: set the function's environment variable `MAXIMUM_RECORD_AGE_SECONDS`"
-            ),
-        "{said}"
-    );
 }
 
 #[test]
@@ -862,10 +818,9 @@ fn doctor_names_each_permission_the_role_lacks() {
 
 #[test]
 fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
-    // The parameter both the mapping and the function's gate read.
     let path = broken_template(&[(
-        "    Default: -1\n    MinValue: -1\n    MaxValue: 604800\n",
-        "    Default: 60\n    MinValue: -1\n    MaxValue: 604800\n",
+        "MaximumRecordAgeInSeconds: -1",
+        "MaximumRecordAgeInSeconds: 60",
     )]);
     let output = run(
         &[],
@@ -1021,7 +976,6 @@ async fn doctor_reads_a_deployed_function_its_mapping_and_its_role_from_the_apis
     for expected in [
         "ReportBatchItemFailures",
         "MaximumRetryAttempts is 2",
-        "MAXIMUM_RETRY_ATTEMPTS is not set",
         "ParallelizationFactor is 2",
         "does not allow kinesis:GetRecords",
     ] {

@@ -1,13 +1,11 @@
 //! The shared attempt runner: one record through the handler, guarded, and what a failure
 //! means.
 //!
-//! Every dispatcher (in order, per key, the partition-key mode) runs a record through the
-//! runner's steps and nothing else: the checks before the call (the lease, the deadline), the
-//! call with its panic and time-out guard, the failure counted against the row's failing
+//! Every dispatcher (in order, per key, careful, the partition-key mode) runs a record through
+//! [`Runner::attempt`] and nothing else: the checks before the call (the lease, the deadline),
+//! the call with its panic and time-out guard, the failure counted against the row's failing
 //! record, and the dead letter once a record is rejected or out of attempts. So a record is
-//! treated alike whichever mode dispatched it. The steps are written once, in [`run_entry!`]:
-//! [`Runner::attempt`] runs them in a future of their own (what per-key dispatch needs, one
-//! per record in flight), and the in-order loop expands them in place.
+//! treated alike whichever mode dispatched it.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -44,75 +42,14 @@ pub(crate) struct Runner<'a, H> {
 #[cfg(feature = "dynamodb")]
 pub(crate) type Staged = std::sync::Mutex<std::collections::BTreeMap<Position, Writes>>;
 
-/// One entry through a [`Runner`]'s steps, awaited in the caller's own `async` body: the checks
-/// before the call ([`Runner::prepare`]), the guarded call (with a transactional handler's
-/// writes beside it), what it came to ([`Runner::settle`]), and a failure counted and perhaps
-/// dead-lettered ([`Runner::failed`]). Evaluates to the attempt's
-/// `Result<Disposition, StopReason>`.
-///
-/// [`Runner::attempt`] runs these steps in a future of its own. The in-order dispatch expands
-/// them in its loop instead: a future around each record's call (its state written, polled
-/// through, its result copied out and the future dropped) cost about 100 instructions per
-/// record, a sixth of what the processor adds to a bare loop (BENCHMARKS.md, section 1,
-/// sixteenth round). A macro rather than a function, since only an expansion in the caller's
-/// body saves that future; it is the one definition of the steps, so every dispatcher still
-/// treats a record alike.
-macro_rules! run_entry {
-    ($runner:expr, $entry:expr, $failing:expr) => {{
-        let runner = $runner;
-        let failing: &mut $crate::engine::attempt::Failing = $failing;
-        match runner.prepare($entry) {
-            $crate::engine::attempt::Prepared::Run {
-                record,
-                now,
-                stop_at,
-            } => {
-                // A transactional handler's writes come back beside its outcome. Each branch
-                // makes the call and settles it, so that the plain one awaits the call where it
-                // is built and settles it knowing there are no writes.
-                #[cfg(feature = "dynamodb")]
-                let settled = if runner.settings.transactional {
-                    let call = runner.call(record.clone(), stop_at);
-                    let (called, writes) = $crate::effects::staging(call).await;
-                    runner.settle(record, called, writes, now, failing)
-                } else {
-                    let called = runner.call(record.clone(), stop_at).await;
-                    runner.settle(record, called, None, now, failing)
-                };
-                #[cfg(not(feature = "dynamodb"))]
-                let settled = {
-                    let called = runner.call(record.clone(), stop_at).await;
-                    runner.settle(record, called, None, now, failing)
-                };
-                match settled {
-                    $crate::engine::attempt::Settle::Done(disposition) => Ok(disposition),
-                    $crate::engine::attempt::Settle::Stop(reason) => Err(reason),
-                    $crate::engine::attempt::Settle::Failed(reason, rejected) => {
-                        runner.failed(record, reason, rejected, failing).await
-                    }
-                }
-            }
-            $crate::engine::attempt::Prepared::Stop(reason) => Err(reason),
-            $crate::engine::attempt::Prepared::Undecodable(error) => {
-                let reason = $crate::report::StopReason::Rejected(error.to_string());
-                runner.failed(error.record(), reason, true, failing).await
-            }
-        }
-    }};
-}
-pub(crate) use run_entry;
-
 impl<H: Handler> Runner<'_, H> {
     /// Runs one record, unless something says the shard must stop before it. A record that
     /// fails is counted in `failing`, and dead-lettered when it is rejected or out of attempts.
     ///
     /// The record runs in a `record` span (stream, shard, sequence and sub-sequence number)
-    /// only when `DEBUG` is on: at `INFO` a span per record was the largest cost dispatch
-    /// added to a bare loop (a subscriber formats its fields into a new string for every
-    /// record; without one, `tracing`'s `log` compatibility still records them), and every
-    /// line this runner and the dispatchers write about a record names its sequence number
-    /// itself, under the `shard` span that names the stream and shard (BENCHMARKS.md,
-    /// section 1).
+    /// only when `DEBUG` is on: every line the runner and the dispatchers write about a record
+    /// names its sequence number itself, under the `shard` span that names the stream and
+    /// shard, and a span per record costs a string per record.
     pub(crate) async fn attempt(
         &self,
         entry: &Entry,
@@ -132,19 +69,40 @@ impl<H: Handler> Runner<'_, H> {
         }
     }
 
-    /// [`attempt`](Self::attempt), outside any span of its own: the runner's steps
-    /// ([`run_entry!`]) in a future of their own.
+    /// [`attempt`](Self::attempt)'s steps: the checks, the guarded call (with a transactional
+    /// handler's writes beside it), what it came to, and a failure counted.
     async fn run(&self, entry: &Entry, failing: &mut Failing) -> Result<Disposition, StopReason> {
-        run_entry!(self, entry, failing)
+        let (record, now, stop_at) = match self.prepare(entry) {
+            Prepared::Run {
+                record,
+                now,
+                stop_at,
+            } => (record, now, stop_at),
+            Prepared::Stop(reason) => return Err(reason),
+            Prepared::Undecodable(error) => {
+                let reason = StopReason::Rejected(error.to_string());
+                return self.failed(error.record(), reason, true, failing).await;
+            }
+        };
+        #[cfg(feature = "dynamodb")]
+        let (called, writes) = if self.settings.transactional {
+            crate::effects::staging(self.call(record.clone(), stop_at)).await
+        } else {
+            (self.call(record.clone(), stop_at).await, None)
+        };
+        #[cfg(not(feature = "dynamodb"))]
+        let (called, writes) = (self.call(record.clone(), stop_at).await, None);
+        match self.settle(record, called, writes, now, failing) {
+            Settle::Done(disposition) => Ok(disposition),
+            Settle::Stop(reason) => Err(reason),
+            Settle::Failed(reason, rejected) => {
+                self.failed(record, reason, rejected, failing).await
+            }
+        }
     }
 
     /// What comes before a record's call: the entry's record, unless the entry or the checks
     /// (the lease, the deadline) say the shard stops here.
-    #[allow(
-        clippy::inline_always,
-        reason = "left to itself the compiler calls it, about 50 instructions per record more"
-    )]
-    #[inline(always)]
     pub(crate) fn prepare<'e>(&self, entry: &'e Entry) -> Prepared<'e> {
         let Self {
             invocation, lease, ..
@@ -165,10 +123,9 @@ impl<H: Handler> Runner<'_, H> {
                 placed.sequence
             ),
         };
-        // One reading of the clock serves both checks, the fair share should the record run
-        // into the deadline, and the handler's time limit (the deadline less its margin,
-        // whatever the reading).
-        let now = check_time(invocation, lease);
+        // One reading of the clock serves both checks and the fair share should the record run
+        // into the deadline.
+        let now = invocation.now();
         if lease.lost_at(now) {
             return Prepared::Stop(StopReason::Fenced);
         }
@@ -184,11 +141,6 @@ impl<H: Handler> Runner<'_, H> {
     }
 
     /// What the call of `record`, started at `now`, came to.
-    #[allow(
-        clippy::inline_always,
-        reason = "inlined, the plain call's lack of writes is known, and its result stays in registers"
-    )]
-    #[inline(always)]
     pub(crate) fn settle(
         &self,
         record: &Record,
@@ -345,11 +297,8 @@ impl<H: Handler> Runner<'_, H> {
     }
 
     /// Calls the handler, turning a panic or a run past `stop_at` (epoch milliseconds) into a
-    /// stop.
-    ///
-    /// The handler's future is held in the returned guard rather than boxed: a record's
-    /// dispatch allocates nothing for it, and wraps it in no other future (see BENCHMARKS.md,
-    /// section 1).
+    /// stop. The handler's future is held in the returned guard rather than boxed: a record's
+    /// dispatch allocates nothing for it.
     pub(crate) fn call(
         &self,
         record: Record,
@@ -362,37 +311,6 @@ impl<H: Handler> Runner<'_, H> {
             clock: self.invocation.clock(),
             timer: None,
         }
-    }
-}
-
-/// How far behind the precise time the clock's cheap reading may be for the checks before a
-/// record to trust it: far more than a clock tick (1 to 10 ms on Linux), so a virtual CPU's late
-/// ticks too.
-const COARSE_LAG_MILLIS: u64 = 100;
-
-/// The time the checks before a record read (epoch milliseconds).
-///
-/// The clock's cheap reading, unless a decision taken from it could differ from the precise
-/// clock's: a precise reading before every record was a fifth of the processor's own cost
-/// (BENCHMARKS.md, section 1, fourteenth round). Three decisions read it: the lease is lost, too
-/// little time is left to start, and (should the record run into the deadline) it had a fair
-/// share of the invocation's time. Each changes only one way as time goes on, and the precise
-/// time is at most [`COARSE_LAG_MILLIS`] past the cheap reading, so when each decides the same
-/// at the cheap reading and at that latest time, it decides the same at the precise one. Near
-/// the lease's end, the deadline's margin or the middle of the invocation the precise clock is
-/// read, and a record starts, stops and is charged exactly as the precise clock says.
-fn check_time(invocation: &Invocation, lease: &LeaseWatch) -> u64 {
-    let cheap = invocation.now_coarse();
-    let latest = cheap.saturating_add(COARSE_LAG_MILLIS);
-    // The lease's and the deadline's checks need only pass at the latest time (they then pass
-    // at every earlier one); the fair share must be judged alike at both ends.
-    let far_from_all = !lease.lost_at(latest)
-        && invocation.may_start_at(latest)
-        && invocation.had_fair_share(latest) == invocation.had_fair_share(cheap);
-    if far_from_all {
-        cheap
-    } else {
-        invocation.now()
     }
 }
 
@@ -495,11 +413,6 @@ pin_project_lite::pin_project! {
 impl<F: Future<Output = Outcome>> Future for Guarded<'_, F> {
     type Output = Result<Outcome, StopReason>;
 
-    #[allow(
-        clippy::inline_always,
-        reason = "a call returns its 48-byte result through memory, read back wider than written"
-    )]
-    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let handler = this.handler;

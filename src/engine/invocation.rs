@@ -23,7 +23,7 @@ pub(crate) struct Invocation {
     deadline: Option<u64>,
     /// The latest start (epoch milliseconds) that leaves a record at least half of the time
     /// from the batch's arrival to the deadline: computed once, as it is asked before every
-    /// record (`attempt::check_time`).
+    /// record.
     fair_share_until: u64,
     /// The last time (epoch milliseconds) a record may start: one starting later would have
     /// no more than the deadline's margin left. Computed once, in whole milliseconds, as it is
@@ -91,14 +91,6 @@ impl Invocation {
     /// The clock's time now, epoch milliseconds.
     pub(crate) fn now(&self) -> u64 {
         self.clock.now_millis()
-    }
-
-    /// The clock's time now, read where it is cheapest: up to a clock tick (a few
-    /// milliseconds) behind [`now`](Self::now), never ahead. For the checks made before each
-    /// record, which read [`now`](Self::now) instead near a limit or the invocation's middle
-    /// (`attempt::check_time`).
-    pub(crate) fn now_coarse(&self) -> u64 {
-        self.clock.now_millis_coarse()
     }
 
     /// The clock everything in this invocation waits on.

@@ -4,7 +4,7 @@
 //! The default (`concurrency` 1). [`keyed`](super::keyed) is the per-key alternative and fills
 //! in the same [`Dispatched`], which the shard mode's checkpoint write reads.
 
-use super::attempt::{Failing, Runner, run_entry};
+use super::attempt::{Failing, Runner};
 use super::batch::{Entry, read_chunk};
 use crate::event::Payloads;
 use crate::handler::Handler;
@@ -85,13 +85,7 @@ pub(crate) async fn dispatch<H: Handler>(
                 }
                 None => entry,
             };
-            // At `DEBUG` the record runs in its span; otherwise its steps run right here, with
-            // no future of their own (see `run_entry!`).
-            let attempted = if tracing::enabled!(tracing::Level::DEBUG) {
-                runner.attempt(entry, &mut failing).await
-            } else {
-                run_entry!(runner, entry, &mut failing)
-            };
+            let attempted = runner.attempt(entry, &mut failing).await;
             match attempted {
                 Ok(disposition) => dispositions[index] = disposition,
                 Err(reason) => {

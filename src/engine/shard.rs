@@ -115,12 +115,35 @@ pub(crate) async fn run_shard<H: Handler>(
         );
     }
 
+    let dispatched = dispatch(
+        settings,
+        invocation,
+        &lease,
+        &ready,
+        payloads.as_mut(),
+        careful,
+    );
+    let committed = dispatched.await;
+    finish(report, ready, committed)
+}
+
+/// Runs the ready records (one at a time after a death, per key, or in order) while the lease
+/// is kept alive, and writes the checkpoint.
+async fn dispatch<H: Handler>(
+    settings: &Settings<H>,
+    invocation: &Invocation,
+    lease: &LeaseWatch,
+    ready: &Ready,
+    payloads: Option<&mut crate::event::Payloads>,
+    careful: bool,
+) -> Committed {
+    let owner = invocation.owner.as_str();
     #[cfg(feature = "dynamodb")]
     let staged = super::attempt::Staged::default();
     let runner = Runner {
         settings,
         invocation,
-        lease: &lease,
+        lease,
         #[cfg(feature = "dynamodb")]
         staged: Some(&staged),
     };
@@ -129,7 +152,7 @@ pub(crate) async fn run_shard<H: Handler>(
         let failing = ready.state.failing.clone();
         let done_above = &ready.state.done_above;
         if careful {
-            careful::dispatch(&runner, &ready, owner).await
+            careful::dispatch(&runner, ready, owner).await
         } else if settings.max_in_flight > 1 {
             let limits = keyed::Limits {
                 by_routing_key: false,
@@ -138,20 +161,27 @@ pub(crate) async fn run_shard<H: Handler>(
             };
             keyed::dispatch(&runner, pending, failing, done_above, limits).await
         } else {
-            ordered::dispatch(&runner, pending, payloads.as_mut(), failing, done_above).await
+            ordered::dispatch(&runner, pending, payloads, failing, done_above).await
         }
     };
     let mut dispatched = tokio::select! {
         biased;
         dispatched = dispatching => dispatched,
-        () = keep_alive(settings.store.as_ref(), &key, owner, invocation, &lease) => unreachable!("renewal never ends"),
+        () = keep_alive(settings.store.as_ref(), &ready.key, owner, invocation, lease) => unreachable!("renewal never ends"),
     };
     if ready.runnable < ready.pending().len() {
         recovery::stop_at_unread(&mut dispatched, ready.runnable, ready.pending().len());
     }
-
+    // A careful run whose records' commit may have landed with its answer lost writes nothing
+    // more: a last write behind it would move the checkpoint back, and those records' writes
+    // would apply again. The lease lapses by itself.
+    if let Some((_, StopReason::CheckpointFailed(_))) = &dispatched.stopped
+        && careful
+    {
+        return (dispatched.dispositions, dispatched.stopped, None);
+    }
     #[cfg(feature = "dynamodb")]
-    let committed = if settings.transactional {
+    if settings.transactional {
         let staged = std::mem::take(
             &mut *staged
                 .lock()
@@ -164,17 +194,11 @@ pub(crate) async fn run_shard<H: Handler>(
             entries: &ready.entries,
             pending: ready.pending(),
         };
-        let last = |dispatched: &Dispatched| last_write(&ready, dispatched);
-        Box::pin(transactional::commit(
-            &runner, &shard, staged, dispatched, &last,
-        ))
-        .await
-    } else {
-        commit_plain(settings.store.as_ref(), &ready, owner, dispatched).await
-    };
-    #[cfg(not(feature = "dynamodb"))]
-    let committed = commit_plain(settings.store.as_ref(), &ready, owner, dispatched).await;
-    finish(report, ready, committed)
+        let last = |dispatched: &Dispatched| careful_last(ready, dispatched, careful);
+        let commit = transactional::commit(&runner, &shard, staged, dispatched, &last);
+        return Box::pin(commit).await;
+    }
+    commit_plain(settings.store.as_ref(), ready, owner, dispatched, careful).await
 }
 
 /// Reads the claimed row's checkpoint, passes the gate and puts the records a mapping outside
@@ -302,6 +326,21 @@ pub(super) fn last_write(ready: &Ready, dispatched: &Dispatched) -> (Option<Posi
     (progress, commit)
 }
 
+/// [`last_write`], after a careful run when `careful`: the row's mark is what the run's last
+/// mark left, not what the claim read, so it is set or cleared outright (a mark left at or
+/// below the checkpoint would hide the next death from the claim that follows it).
+fn careful_last(
+    ready: &Ready,
+    dispatched: &Dispatched,
+    careful: bool,
+) -> (Option<Position>, Commit) {
+    let (progress, mut commit) = last_write(ready, dispatched);
+    if careful && commit.reported == ReportedChange::Keep {
+        commit.reported = ReportedChange::Clear;
+    }
+    (progress, commit)
+}
+
 /// Writes the last write ([`last_write`]) and releases the lease, in one write. When the
 /// write is refused or fails, the records processed here are not recorded: they are marked so
 /// and the first of them is reported, since Lambda must deliver them again.
@@ -310,9 +349,10 @@ async fn commit_plain(
     ready: &Ready,
     owner: &str,
     dispatched: Dispatched,
+    careful: bool,
 ) -> Committed {
     let key = &ready.key;
-    let (progress, commit) = last_write(ready, &dispatched);
+    let (progress, commit) = careful_last(ready, &dispatched, careful);
     let Dispatched {
         mut dispositions,
         stopped,

@@ -15,7 +15,7 @@ use crate::store::{CheckpointStore, Claim, Commit, LeaseState, ReportedChange, c
 pub(super) struct Claimed {
     pub(super) state: LeaseState,
     /// The batch or record an invocation was running when it died: its lease lapsed without a
-    /// commit, and its mark lies above the checkpoint.
+    /// commit, leaving the mark its claim (or a careful run) wrote.
     pub(super) died_at: Option<Position>,
 }
 
@@ -33,11 +33,12 @@ pub(super) async fn claim<H>(
         .acquire_and_read(key, owner, ttl, attempting)
         .await
     {
-        Ok(Claim::Acquired { state, lapsed_mark }) => {
-            let checkpoint = state.position().ok().flatten();
-            let died_at = lapsed_mark.filter(|mark| checkpoint.as_ref().is_none_or(|c| mark > c));
-            Ok(Claimed { state, died_at })
-        }
+        // Any mark counts, even at or below the checkpoint: a claim marks its batch's first
+        // record, which a redelivery's duplicates may put there.
+        Ok(Claim::Acquired { state, lapsed_mark }) => Ok(Claimed {
+            state,
+            died_at: lapsed_mark,
+        }),
         Ok(Claim::Held(state)) => {
             let owner = state.lease_owner;
             tracing::warn!(

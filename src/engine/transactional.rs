@@ -161,7 +161,10 @@ pub(crate) async fn commit<H: Handler>(
         if matches!(reason, StopReason::CheckpointFailed(_)) {
             // The lease is still ours (kept for the next chunk, or the last one's release
             // did not land): let it go, so that the redelivery need not wait for it to lapse.
-            release(runner, key, owner).await;
+            // The failing record goes with it: a careful run's pin of a record it never ran
+            // must not stay counted.
+            let failing = last(&dispatched).1.failing;
+            release(runner, key, owner, failing).await;
         }
         let Dispatched {
             mut dispositions,
@@ -408,14 +411,18 @@ async fn refuse<H: Handler>(
     }
 }
 
-/// Releases the lease after a chunk failed, without progress.
-async fn release<H: Handler>(runner: &Runner<'_, H>, key: &LeaseKey, owner: &str) {
-    if let Err(error) = runner
-        .settings
-        .store
-        .commit(key, owner, &Commit::default())
-        .await
-    {
+/// Releases the lease after a chunk failed, without progress, writing `failing`.
+async fn release<H: Handler>(
+    runner: &Runner<'_, H>,
+    key: &LeaseKey,
+    owner: &str,
+    failing: FailingChange,
+) {
+    let release = Commit {
+        failing,
+        ..Commit::default()
+    };
+    if let Err(error) = runner.settings.store.commit(key, owner, &release).await {
         tracing::warn!(%error, "could not release the lease; it lapses by itself");
     }
 }

@@ -217,9 +217,6 @@ pub struct ChaosLevels {
     pub steal: f64,
     /// How long a stolen lease is held.
     pub steal_ttl: Duration,
-    /// Claims are never throttled: with a mapping that gives up on batches (outside the
-    /// contract), a batch whose every claim was refused leaves no mark to find it by.
-    pub claims_answered: bool,
 }
 
 /// `inner` behind [`Chaos`].
@@ -342,10 +339,10 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
                     transaction.writes.len(),
                     key(),
                     transaction.commit,
-                    if !transaction.commit.keep_lease {
-                        " and releases"
-                    } else {
+                    if transaction.commit.keep_lease {
                         ""
+                    } else {
+                        " and releases"
                     }
                 )
             }
@@ -362,9 +359,7 @@ impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
         let operation = call.operation();
         Box::pin(async move {
-            if !(operation == Operation::AcquireAndRead && self.levels.claims_answered) {
-                self.before().await?;
-            }
+            self.before().await?;
             if matches!(
                 operation,
                 Operation::Renew | Operation::Commit | Operation::Transact

@@ -3,7 +3,6 @@
 #![allow(dead_code, clippy::missing_panics_doc)]
 
 pub mod aggregates;
-pub mod clock;
 pub mod deaths;
 pub mod faults;
 pub mod http;

@@ -21,6 +21,8 @@ pub struct Watched {
     processes: Vec<Child>,
     url: String,
     log: PathBuf,
+    /// How the function was started, to start it again after it died.
+    function: Command,
 }
 
 impl Watched {
@@ -29,6 +31,17 @@ impl Watched {
     /// to `log`. The name `_` is the one `cargo lambda watch` serves when it starts no function
     /// itself; any other name gets its own runtime path, as with several functions.
     pub fn start(binary: &Path, name: &str, log: PathBuf, env: &[(&str, &str)]) -> Self {
+        Self::start_with(binary, name, log, env, &[])
+    }
+
+    /// [`start`](Self::start), with more arguments for `cargo lambda watch` (`--timeout`, say).
+    pub fn start_with(
+        binary: &Path,
+        name: &str,
+        log: PathBuf,
+        env: &[(&str, &str)],
+        watch_args: &[&str],
+    ) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -38,6 +51,7 @@ impl Watched {
         let mut api = Command::new(cargo_lambda())
             .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
             .args(["-P", &port.to_string()])
+            .args(watch_args)
             .current_dir(super::root().join("functions/ledger"))
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
@@ -61,7 +75,8 @@ impl Watched {
         } else {
             format!("http://127.0.0.1:{port}/.rt/{name}")
         };
-        let function = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .env("AWS_LAMBDA_RUNTIME_API", runtime)
             .env("AWS_LAMBDA_FUNCTION_NAME", name)
             .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
@@ -69,9 +84,8 @@ impl Watched {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn();
-        let function = match function {
+            .stderr(file);
+        let function = match command.spawn() {
             Ok(function) => function,
             Err(error) => {
                 let _ = api.kill();
@@ -82,7 +96,19 @@ impl Watched {
             processes: vec![function, api],
             url: format!("http://127.0.0.1:{port}/2015-03-31/functions/{name}/invocations"),
             log,
+            function: command,
         }
+    }
+
+    /// Starts the function again when its process has ended (it crashed, or was killed), as
+    /// Lambda starts a new execution environment; whether it had to.
+    #[allow(dead_code, reason = "not every test binary crashes its function")]
+    pub fn restart_if_dead(&mut self) -> bool {
+        if self.processes[0].try_wait().unwrap().is_none() {
+            return false;
+        }
+        self.processes[0] = self.function.spawn().expect("the function starts again");
+        true
     }
 
     /// The invoke API's URL for this function.
@@ -98,6 +124,15 @@ impl Watched {
     /// Invokes the function with `event` and returns its answer, which must be a 200 with JSON.
     pub fn invoke(&self, event: &impl serde::Serialize) -> Value {
         invoke(&self.url, event)
+    }
+
+    /// Invokes the function with `event`: its answer when it is a 200 with JSON, `None` when the
+    /// invocation failed (the function crashed, or ran past `cargo lambda watch`'s timeout).
+    #[allow(dead_code, reason = "not every test binary crashes its function")]
+    pub fn try_invoke(&self, event: &impl serde::Serialize) -> Option<Value> {
+        let body = serde_json::to_vec(event).unwrap();
+        let (status, answer) = http::request("POST", &self.url, &body).ok()?;
+        (status == 200).then(|| serde_json::from_slice(&answer).ok())?
     }
 }
 

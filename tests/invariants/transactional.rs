@@ -152,6 +152,10 @@ pub fn scenario(seed: u64) -> Scenario {
     if scenario.death_chance == 0.0 || rng.chance(0.5) {
         scenario.death_chance = [0.05, 0.1, 0.2][rng.below(3) as usize];
     }
+    // Outside the contract, discards draw no death (see `tests/invariants.rs`).
+    if scenario.discards {
+        scenario.death_chance = 0.0;
+    }
     scenario.seed_methods_only = false;
     scenario.seed_consumer = false;
     scenario.pauses = false;
@@ -627,7 +631,7 @@ pub async fn run(
 ) -> Result<Counts, String> {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(VIRTUAL_EPOCH_MILLIS));
     let mut rng = Rng::new(scenario.seed ^ 0x5EED);
-    let mut written = scenario.stream(&mut rng, clock.clone()).await;
+    let mut written = scenario.stream(&mut rng, clock.clone());
     let stream = written.stream.clone().expect("written");
     let scenario = scenario.clone();
     {

@@ -17,6 +17,9 @@
 //!   (default 1), as a downstream outage would; attempts are counted in the book, so they
 //!   survive cold starts;
 //! - `"fail": "poison"` rejects the record: it can never succeed;
+//! - `"fail": "abort"` aborts the process on every attempt, as an out-of-memory kill or a
+//!   native crash would: the toolkit counts each death and dead-letters the record after
+//!   `MAX_ATTEMPTS` of them;
 //! - `"pause_ms": N` waits N milliseconds before applying, as a slow downstream would (the
 //!   tests of concurrent invocations hold a lease with it).
 //!
@@ -67,6 +70,8 @@ pub enum Fail {
     Transient,
     /// Rejected: never succeeds.
     Poison,
+    /// Aborts the process, every time: an out-of-memory kill or a native crash.
+    Abort,
 }
 
 /// One order's line in the ledger.
@@ -165,6 +170,7 @@ async fn apply(book: &impl Book, order: &Order, record: &Record) -> Outcome {
         Some(Fail::Poison) => {
             return Outcome::reject(format!("order {} is marked poison", order.order_id));
         }
+        Some(Fail::Abort) => abort(order, sequence),
         Some(Fail::Transient) => match book.attempt(sequence).await {
             Ok(attempt) if attempt <= order.fail_times.unwrap_or(1) => {
                 return Outcome::retry(format!(
@@ -187,6 +193,17 @@ async fn apply(book: &impl Book, order: &Order, record: &Record) -> Outcome {
         }
         Err(error) => Outcome::retry(error),
     }
+}
+
+/// Aborts the process, as an out-of-memory kill or a native crash would: no unwinding, no
+/// answer to Lambda, no last write.
+fn abort(order: &Order, sequence: &str) -> ! {
+    tracing::error!(
+        order_id = order.order_id,
+        sequence,
+        "simulated crash: aborting the process"
+    );
+    std::process::abort();
 }
 
 /// The ledger in a `DynamoDB` table whose partition key is the string `order_id`.

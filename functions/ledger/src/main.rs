@@ -3,9 +3,10 @@
 //! `DEAD_LETTER_QUEUE_URL` (optional: without it a poison record is retried, never dropped),
 //! `MAX_ATTEMPTS` (default 3), `METRICS_NAMESPACE` (default `KinesisCheckpoint`),
 //! `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the parent gate's rule for
-//! parents it never saw), `MAXIMUM_RETRY_ATTEMPTS` and `MAXIMUM_RECORD_AGE_SECONDS` (the
-//! mapping's limits, told to the gate; unset or `-1`: none), `CHECKPOINT_MODE` (`shard`, the default, for a mapping with
-//! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `MAX_IN_FLIGHT` (records of
+//! parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a mapping with
+//! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `LEASE_TTL_SECONDS` (shard mode:
+//! how long a crashed invocation holds its shard, default 30, never past its deadline and a
+//! second), `MAX_IN_FLIGHT` (records of
 //! different partition keys run at once, default 1: in order), and the SDK's own variables
 //! (`AWS_ENDPOINT_URL` points it at local servers, `AWS_ENDPOINT_URL_DYNAMODB`,
 //! `AWS_ENDPOINT_URL_SQS` and `AWS_ENDPOINT_URL_KINESIS` one service each, as `make local-up`
@@ -21,9 +22,10 @@
 //! `ledger::aws`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kinesis_checkpoint::metrics::DEFAULT_NAMESPACE;
-use kinesis_checkpoint::processor::CheckpointMode;
+use kinesis_checkpoint::processor::{CheckpointMode, ShardMode};
 use kinesis_checkpoint::{
     DynamoLeaseStore, Gate, Handler, KinesisTopology, Metrics, Mode, Processor, SqsDeadLetters,
     StartingPosition,
@@ -67,10 +69,16 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
     // The mode is the builder's type: the branch is taken once, here, and the settings both
     // modes share are applied by one function.
     match (mode, ledger_mode) {
-        (Mode::Shard, LedgerMode::Plain) => run(Processor::new(leases, handler), &config).await,
+        (Mode::Shard, LedgerMode::Plain) => {
+            run(lease_ttl(Processor::new(leases, handler))?, &config).await
+        }
         (Mode::Shard, LedgerMode::Transactional) => {
             let handler = ledger::transactional::handler(book, table);
-            run(Processor::transactional(leases, handler), &config).await
+            run(
+                lease_ttl(Processor::transactional(leases, handler))?,
+                &config,
+            )
+            .await
         }
         (Mode::PartitionKey, LedgerMode::Plain) => {
             run(Processor::by_partition_key(leases, handler), &config).await
@@ -80,6 +88,19 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
             let processor = Processor::transactional_by_partition_key(leases, handler);
             run(processor, &config).await
         }
+    }
+}
+
+/// Applies `LEASE_TTL_SECONDS`, the shard mode's one setting of its own, if it is set.
+fn lease_ttl<H: Handler>(
+    processor: Processor<H, ShardMode>,
+) -> Result<Processor<H, ShardMode>, String> {
+    match std::env::var("LEASE_TTL_SECONDS") {
+        Err(_) => Ok(processor),
+        Ok(seconds) => seconds
+            .parse()
+            .map(|seconds| processor.lease_ttl(Duration::from_secs(seconds)))
+            .map_err(|_| format!("LEASE_TTL_SECONDS is a number of seconds, not '{seconds}'")),
     }
 }
 

@@ -87,6 +87,7 @@ async fn effect(book: &impl Book, table: &str, record: &Record) -> Effect {
         Some(Fail::Poison) => {
             return Effect::Reject(format!("order {} is marked poison", order.order_id).into());
         }
+        Some(Fail::Abort) => crate::abort(&order, sequence),
         Some(Fail::Transient) => match book.attempt(sequence).await {
             Ok(attempt) if attempt <= order.fail_times.unwrap_or(1) => {
                 return Effect::Retry(

@@ -354,3 +354,162 @@ async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stre
     );
     drop(local);
 }
+
+/// A record that aborts the process on every delivery (as an out-of-memory kill would) is
+/// found by the claims after it, pinned, and dead-lettered from its event after `MAX_ATTEMPTS`
+/// deaths; the records after it are applied once, in order. In the plain mode the first crash
+/// repeats the record run before the killer: nothing had marked it yet.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_that_kills_every_invocation_is_dead_lettered_and_the_records_after_it_applied_once_in_order()
+ {
+    let orders = crash_on_every_delivery("plain").await;
+    assert_eq!(orders.get("A-1"), Some(&(200, 2)), "{orders:?}");
+}
+
+/// The transactional ledger commits each update with its mark, so the crash loses the record
+/// run before the killer together with its mark: every record is applied exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transactional_ledger_applies_every_record_once_around_a_record_that_kills_every_invocation()
+ {
+    let orders = crash_on_every_delivery("transactional").await;
+    assert_eq!(orders.get("A-1"), Some(&(100, 1)), "{orders:?}");
+}
+
+/// Delivers A-1, B-1 (which aborts the process), C-1, C-1 to the ledger in `ledger_mode` until
+/// it answers with no failure, checks the dead letter, the records after the killer and the
+/// lease row, and returns the ledger's totals. The mapping's stand-in delivers the batch again
+/// after every failed invocation, as `MaximumRetryAttempts: -1` does, and starts a new function
+/// process after each crash, as Lambda starts a new sandbox.
+async fn crash_on_every_delivery(ledger_mode: &'static str) -> HashMap<String, (i64, u64)> {
+    let moto = Moto::shared();
+    let config = moto.sdk_config(3).await;
+    let tables = Tables::create(&config).await;
+    let kinesis = common::kinesis::KinesisLocal::start();
+    let kinesis_config = common::moto::sdk_config(&kinesis.endpoint, 1).await;
+    common::kinesis::Stream::with_shards(&kinesis_config, "orders", 1).await;
+    let env: Vec<(String, String)> = [
+        ("LEASE_TABLE", tables.leases.as_str()),
+        ("LEDGER_TABLE", tables.ledger.as_str()),
+        ("DEAD_LETTER_QUEUE_URL", tables.queue.as_str()),
+        ("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.as_str()),
+        ("AWS_ENDPOINT_URL", moto.endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("MAX_ATTEMPTS", "2"),
+        ("LEASE_TTL_SECONDS", "2"),
+        ("LEDGER_MODE", ledger_mode),
+        ("RUST_LOG", "info"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    // A dead invocation's lease lapses after 2 s: the mapping's retries find the shard free.
+    let mut local = tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Watched::start_with(
+            Path::new(env!("CARGO_BIN_EXE_ledger")),
+            "_",
+            root().join(format!("target/e2e-abort-{ledger_mode}.log")),
+            &env,
+            &["--timeout", "3"],
+        )
+    })
+    .await
+    .unwrap();
+    let order = |n: u64, order_id: &str, extra: Value| {
+        let mut data = serde_json::json!({ "order_id": order_id, "amount_cents": 100 * (n + 1) });
+        if let (Some(data), Some(extra)) = (data.as_object_mut(), extra.as_object()) {
+            data.extend(extra.clone());
+        }
+        common::lambda_record("orders", "shardId-000000000000", n, order_id, &data)
+    };
+    let batch = common::event(&[
+        order(0, "A-1", Value::Null),
+        order(1, "B-1", serde_json::json!({ "fail": "abort" })),
+        order(2, "C-1", Value::Null),
+        order(3, "C-1", Value::Null),
+    ]);
+    let killer = batch.records[1].kinesis.sequence_number.clone();
+
+    let (deliveries, deaths) = deliver_until_done(&mut local, &batch).await;
+    println!("the killer was dead-lettered after {deaths} deaths and {deliveries} deliveries");
+
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let dead = dead_letters(&sqs, &tables.queue).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["sequence_number"].as_str(), Some(killer.as_str()));
+    assert_eq!(dead[0]["reason"], "exhausted");
+    assert_eq!(dead[0]["attempts"], 2, "two deaths pinned on it");
+    assert!(
+        dead[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("died")),
+        "{dead:?}"
+    );
+    // One unpinned death finds the batch, two pinned on the record, then the dead letter.
+    assert_eq!(
+        deaths, 3,
+        "MAX_ATTEMPTS 2: one death finds the batch, two count"
+    );
+
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let orders = ledger_totals(&client, &tables.ledger).await;
+    assert_eq!(orders.get("B-1"), None, "the killer never applied");
+    assert_eq!(
+        orders.get("C-1"),
+        Some(&(700, 2)),
+        "both of C-1's records applied once"
+    );
+    let ledger = scan(&client, &tables.ledger).await;
+    let c = ledger
+        .iter()
+        .find(|item| s(item, "order_id") == "C-1")
+        .expect("C-1's line");
+    assert_eq!(
+        s(c, "last_sequence"),
+        batch.records[3].kinesis.sequence_number,
+        "in order: C-1's last record applied last"
+    );
+    let rows = lease_rows(&client, &tables.leases).await;
+    let row = &rows["orders:shardId-000000000000"];
+    assert_eq!(
+        s(row, "checkpoint"),
+        batch.records[3].kinesis.sequence_number
+    );
+    assert!(!row.contains_key("failing"), "{row:?}");
+    drop(local);
+    orders
+}
+
+/// Delivers `batch` as the mapping does with `MaximumRetryAttempts: -1`: again after every
+/// failed invocation, from the first reported record after a partial failure, with a new
+/// process after a crash. Returns the deliveries and the crashes until a full success.
+async fn deliver_until_done(local: &mut Watched, batch: &KinesisEvent) -> (u32, u32) {
+    let (mut event, mut deliveries, mut deaths) = (batch.clone(), 0, 0);
+    loop {
+        deliveries += 1;
+        assert!(
+            deliveries <= 20,
+            "still not done after {deliveries} deliveries"
+        );
+        let answer = tokio::task::block_in_place(|| local.try_invoke(&event));
+        match answer {
+            None => {
+                deaths += 1;
+                assert!(
+                    local.restart_if_dead(),
+                    "a failed invocation is a crash here"
+                );
+            }
+            Some(answer) => match failures(&answer).first() {
+                None => break,
+                Some(from) => event = redeliver_from(batch, from),
+            },
+        }
+        // Held by a dead invocation's lease, or the function not up yet: the mapping waits.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (deliveries, deaths)
+}

@@ -256,8 +256,7 @@ async fn check_tables(dynamodb: &aws_sdk_dynamodb::Client, leases: &str, ledger:
 
 fn check_metric_lines(function: &Watched) {
     // One metric line per invocation, each with its own counts and its own requests, none of
-    // the others': the turned-away delivery 2 (its claim, and the mark of the batch it turned
-    // away, `contended`); shard 2 3 (claim, the look for a
+    // the others': the turned-away delivery 1 (its claim); shard 2 3 (claim, the look for a
     // legacy row a shard without checkpoint gets, checkpoint: the gate knew the parent finished,
     // from its cache, or it would have read the parent's row); shard 1 6 (claim, legacy look,
     // the parent's row and its legacy look, marking it SHARD_END, checkpoint).
@@ -278,7 +277,7 @@ fn check_metric_lines(function: &Watched) {
         .collect();
     assert_eq!(
         summary,
-        [(2, 0, 1, 0, 2, 0), (3, 3, 0, 0, 3, 1), (2, 2, 0, 0, 6, 1)],
+        [(2, 0, 1, 0, 1, 0), (3, 3, 0, 0, 3, 1), (2, 2, 0, 0, 6, 1)],
         "(records in, processed, reported, duplicates, requests, checkpoint latencies): {lines:#?}"
     );
     for line in &lines {

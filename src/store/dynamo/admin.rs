@@ -192,7 +192,7 @@ impl DynamoLeaseStore {
             None => {
                 clauses
                     .remove
-                    .extend([CHECKPOINT, AGGREGATE_SEQUENCE, AGGREGATE_SUB, EXPIRES_AT])
+                    .extend([CHECKPOINT, AGGREGATE_SEQUENCE, AGGREGATE_SUB, EXPIRES_AT]);
             }
         }
         // What the row remembered of the old position goes with it.

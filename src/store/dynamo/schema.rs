@@ -19,12 +19,7 @@ pub(super) const DONE_ABOVE: &str = "done_above";
 pub(super) const REPORTED: &str = "reported";
 /// Attributes earlier versions wrote and nothing reads any more: the last write of an
 /// invocation removes them, so a row sheds them the first time it is used.
-pub(super) const OBSOLETE: [&str; 4] = [
-    "checkpoint_sub",
-    "contended",
-    "contended_done",
-    "open_marks",
-];
+pub(super) const OBSOLETE: [&str; 3] = ["contended", "contended_done", "open_marks"];
 
 /// Taking a lease succeeds when it is free, already ours, or expired.
 pub(super) const TAKEABLE: &str =
