@@ -15,7 +15,7 @@
 #   make local-down every process local-up started, stopped by its PID
 #   make validate   template.yaml transformed offline and linted
 #   make lint       rustfmt, clippy and rustdoc, all warnings as errors; the module graph (no
-#                   import circle in src/, no file there over 600 lines)
+#                   import circle in src/, no file there over 600 lines); the guide (mdbook build)
 #   make publishable  what a user of the published crates gets: every minimum version is the
 #                   tested one, a new crate outside the workspace builds the README's function
 #                   (fresh resolution, default and all features), cargo publish --dry-run
@@ -135,16 +135,29 @@ local-show:
 # the same name: the ledger's own and the command's `kinesis-checkpoint` (`doc = false`).
 DOC_BINS := --bin bare --bin bare-current-thread --bin ledger-redrive
 
+# The guide's builder (docs/, an mdBook), from crates.io, pinned, into .tools: without its
+# server and file watcher (`serve`, `watch`), which `mdbook build` does not use. The guide is
+# built into target/book; its Rust snippets are the library's doctests (src/lib.rs), so
+# `make test` compiles them.
+MDBOOK_VERSION ?= 0.5.4
+MDBOOK := .tools/mdbook-$(MDBOOK_VERSION)/bin/mdbook
+$(MDBOOK):
+	cargo install mdbook --version $(MDBOOK_VERSION) --locked --no-default-features --features search \
+	  --root .tools/mdbook-$(MDBOOK_VERSION)
+
 # A doctest that includes a file by a relative path does not compile once rustdoc merges the
 # crate's doctests into one (elsewhere on disk), and rustdoc then silently compiles every
 # doctest alone: two minutes of `make test` instead of twenty seconds.
-lint:
+lint: $(MDBOOK)
 	scripts/check-module-graph
 	@! grep -rnE '^\s*//[/!].*include_(str|bytes)!\("' src cli/src functions/*/src || \
 	  { echo 'a doctest includes a file by a relative path: use concat!(env!("CARGO_MANIFEST_DIR"), "/…")'; exit 1; }
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --examples $(DOC_BINS)
+	$(MDBOOK) build docs
+	@test $$(wc -l < README.md) -le 300 || { echo 'README.md is over 300 lines: move the detail to the guide'; exit 1; }
+	@test $$(wc -l < BENCHMARKS.md) -le 150 || { echo 'BENCHMARKS.md is over 150 lines'; exit 1; }
 
 # Needs the registry (crates.io): the dependent resolves afresh, and publish checks the index.
 # The dependent and the packages' verification share target/, so the AWS SDK is compiled once

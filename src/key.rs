@@ -134,7 +134,7 @@ impl fmt::Display for LeaseKey {
 ///
 /// ```
 /// use kinesis_checkpoint::LeaseKey;
-/// use kinesis_checkpoint::store::row_key;
+/// use kinesis_checkpoint::internal::row_key;
 ///
 /// let row = row_key(&LeaseKey::new("orders", "shardId-000000000000"), "customer-7");
 /// assert_eq!(row.to_string(), "orders:shardId-000000000000:customer-7");

@@ -63,15 +63,11 @@
 //! | [`gap`] | records the mapping discarded, found and run before the batch |
 //! | [`metrics`] | what an invocation did, as `CloudWatch` embedded-metric lines |
 //! | `aws_error` | an AWS SDK error as one short line (features `dynamodb`, `kinesis`, `sqs`) |
-//! | `local` | a local event source that behaves like Lambda's mapping (feature `testing`) |
 //!
 //! # Features
 //!
-//! `dynamodb`, `kinesis` and `sqs` (on by default) build the AWS pieces. `testing` (off) adds
-//! the test doubles (`dead_letter::MemoryDeadLetters`,
-//! `dead_letter::MemoryQueue`) and the local event source (`local`); a deployed
-//! function needs neither. `local` is the old name of `testing`, and `kpl` does nothing: both
-//! stay so that manifests naming them keep building.
+//! `dynamodb`, `kinesis` and `sqs` (on by default) build the AWS pieces. The test doubles and
+//! the local event source are in the crate `kinesis-checkpoint-testing`.
 //!
 //! # Example
 //!
@@ -109,8 +105,6 @@ mod key;
 pub mod kpl;
 #[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
 mod lazy_client;
-#[cfg(feature = "testing")]
-pub mod local;
 pub mod metrics;
 pub mod processor;
 mod record;
@@ -133,9 +127,61 @@ pub use report::BatchReport;
 pub use sequence::{Position, SequenceNumber};
 #[cfg(feature = "dynamodb")]
 pub use store::dynamo::DynamoLeaseStore;
-pub use store::{BoxFuture, MemoryLeaseStore};
+pub use store::lease::BoxFuture;
+pub use store::memory::MemoryLeaseStore;
+
+/// Not part of the public API, and under no semver promise: the engine's store interface
+/// (the writes a [`CheckpointStore`](store::CheckpointStore) takes, and the layers that wrap
+/// one), for this workspace's tests, the test doubles' crate and the command line.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::key::row_key;
+    pub use crate::store::checkpoints::{Claim, Commit, FailingChange, KeyCommit, ReportedChange};
+    #[cfg(feature = "dynamodb")]
+    pub use crate::store::checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
+    pub use crate::store::layer::{Call, Layer, Layered, Next, Operation};
+    pub use crate::store::lease::MAX_ERROR_CHARS;
+    pub use crate::store::row::Below;
+    pub use crate::store::seed::NoTransactions;
+}
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's chapters (`docs/src/`), compiled as doctests so that no snippet in them rots. A
+/// snippet that needs the test doubles' crate is marked `ignore` until this crate can use it.
+#[cfg(doctest)]
+mod guide_doctests {
+    #[doc = include_str!("../docs/src/introduction.md")]
+    struct Introduction;
+    #[doc = include_str!("../docs/src/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../docs/src/invocation.md")]
+    struct Invocation;
+    #[doc = include_str!("../docs/src/table.md")]
+    struct Table;
+    #[doc = include_str!("../docs/src/modes.md")]
+    struct Modes;
+    #[doc = include_str!("../docs/src/resharding.md")]
+    struct Resharding;
+    #[doc = include_str!("../docs/src/dead-letters.md")]
+    struct DeadLetters;
+    #[doc = include_str!("../docs/src/exactly-once.md")]
+    struct ExactlyOnce;
+    #[doc = include_str!("../docs/src/kpl.md")]
+    struct Kpl;
+    #[doc = include_str!("../docs/src/mapping.md")]
+    struct Mapping;
+    #[doc = include_str!("../docs/src/testing.md")]
+    struct Testing;
+    #[doc = include_str!("../docs/src/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../docs/src/reference.md")]
+    struct Reference;
+    #[doc = include_str!("../docs/src/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../docs/src/faq.md")]
+    struct Faq;
+}

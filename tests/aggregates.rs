@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, reported, sequence};
-use kinesis_checkpoint::dead_letter::{DeadLetterReason, MemoryDeadLetters};
+use kinesis_checkpoint::dead_letter::DeadLetterReason;
 use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::{
     DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Outcome, Position, Processor, Record,
 };
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, event, lambda_record, reported, sequence};
-use kinesis_checkpoint::store::row_key;
-use kinesis_checkpoint::store::{CheckpointStore, KeyCommit};
+use kinesis_checkpoint::internal::KeyCommit;
+use kinesis_checkpoint::internal::row_key;
+use kinesis_checkpoint::store::CheckpointStore;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Position, Processor, Record};
 use serde_json::json;
 

@@ -15,8 +15,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use common::moto::{Moto, unique};
 use common::sqs::{Sent, Wire};
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason, redrive};
-use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageAttribute, MessageQueue};
+use kinesis_checkpoint::dead_letter::{Message, MessageAttribute, MessageQueue};
 use kinesis_checkpoint::{DeadLetterSink, LeaseKey, Outcome, Record, SqsDeadLetters};
+use kinesis_checkpoint_testing::MemoryQueue;
 use serde_json::Value;
 
 /// Every kind of character SQS refuses or that needs escaping, and some it takes.

@@ -12,13 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{batch, context, n_of, redeliver_from, reported, sequence};
-use kinesis_checkpoint::clock::{Clock, TokioClock};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+use kinesis_checkpoint::clock::Clock;
+use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
 use kinesis_checkpoint::report::Disposition;
-use kinesis_checkpoint::store::{Call, Layer, Layered, LeaseError, LeaseStore, Next, Operation};
+use kinesis_checkpoint::store::{LeaseError, LeaseStore};
 use kinesis_checkpoint::{
     BoxFuture, Handler, LeaseKey, MemoryLeaseStore, Outcome, Position, Processor, Record,
 };
+use kinesis_checkpoint_testing::MemoryDeadLetters;
+use kinesis_checkpoint_testing::TokioClock;
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";

@@ -10,9 +10,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{batch, context, n_of, redeliver_from, reported, sequence};
+use kinesis_checkpoint::internal::{Claim, Commit};
 use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::store::dynamo::UnattributedLegacyRow;
-use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit, LeaseStore};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Outcome, Position, Processor, Record};
 
 const TTL: Duration = Duration::from_mins(1);

@@ -19,11 +19,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::deaths::{Death, Deaths, Reaper, count_up};
 use common::{batch, n_of};
-use kinesis_checkpoint::clock::{Clock, TokioClock};
+use kinesis_checkpoint::clock::Clock;
 use kinesis_checkpoint::effects::{ItemId, Writes};
+use kinesis_checkpoint::internal::{Layered, Operation};
 use kinesis_checkpoint::processor::Effect;
-use kinesis_checkpoint::store::{Layered, Operation};
 use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint_testing::TokioClock;
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";

@@ -15,13 +15,13 @@ use common::aggregates::{
     ten_sub_records, whole,
 };
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::report::StopReason;
-use kinesis_checkpoint::store::{
-    Below, CheckpointStore, Claim, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore,
-    ReportedChange, SeedStore,
+use kinesis_checkpoint::internal::{
+    Below, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
+use kinesis_checkpoint::report::StopReason;
+use kinesis_checkpoint::store::{CheckpointStore, FailingRecord, LeaseStore, SeedStore};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Processor};
+use kinesis_checkpoint_testing::local::MemoryStream;
 
 const TTL: Duration = Duration::from_mins(1);
 
@@ -137,7 +137,7 @@ async fn with_the_five_seed_methods_the_partition_key_mode_checkpoints_each_key_
     // Lambda keeps order per the key it routes by, the aggregate's own: its row names the
     // aggregate done whole, and no sub-record's own key has a row.
     let shard = LeaseKey::new(STREAM, PARENT);
-    let row = |partition_key: &str| kinesis_checkpoint::store::row_key(&shard, partition_key);
+    let row = |partition_key: &str| kinesis_checkpoint::internal::row_key(&shard, partition_key);
     let routed = memory.read(&row(&outer_key)).await.unwrap();
     assert_eq!(
         (
@@ -218,9 +218,11 @@ async fn the_claim_and_the_last_write_work_on_the_five_seed_methods() {
         (Some(p), None, None)
     );
 
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(inside(s, 5));
-    commit.below = Below::Record(p.parse().unwrap());
+    let commit = Commit {
+        checkpoint: Some(inside(s, 5)),
+        below: Below::Record(p.parse().unwrap()),
+        ..Commit::default()
+    };
     assert!(memory.acquire(&key, "a", TTL).await.unwrap());
     assert!(store.commit(&key, "a", &commit).await.unwrap());
     let row = memory.read(&key).await.unwrap();
@@ -263,8 +265,10 @@ async fn finish_and_the_rows_work_on_the_five_seed_methods() {
     );
 
     // `finish` refuses a row with something left undone (written by a full store beside it).
-    let mut undone = Commit::default();
-    undone.failing = FailingChange::Set(FailingRecord::first(&whole("4900000003"), "busy", 1));
+    let mut undone = Commit {
+        failing: FailingChange::Set(FailingRecord::first(&whole("4900000003"), "busy", 1)),
+        ..Commit::default()
+    };
     assert!(memory.acquire(&key, "full", TTL).await.unwrap());
     assert!(memory.commit(&key, "full", &undone).await.unwrap());
     assert!(!store.finish(&key, Some(s), 1).await.unwrap());
@@ -339,13 +343,15 @@ async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops(
             "the claim's `attempting`"
         );
 
-        let mut commit = Commit::default();
-        commit.checkpoint = Some(inside(s, 4));
-        commit.below = Below::Record(p.parse().unwrap());
-        commit.failing = FailingChange::Set(FailingRecord::first(&inside(s, 5), "busy", 7));
-        commit.parent_shards = vec!["shardId-000000000000".to_owned()];
-        commit.done_above = Some(vec![inside(s, 7)]);
-        commit.reported = ReportedChange::Set(inside(s, 5));
+        let commit = Commit {
+            checkpoint: Some(inside(s, 4)),
+            below: Below::Record(p.parse().unwrap()),
+            failing: FailingChange::Set(FailingRecord::first(&inside(s, 5), "busy", 7)),
+            parent_shards: vec!["shardId-000000000000".to_owned()],
+            done_above: Some(vec![inside(s, 7)]),
+            reported: ReportedChange::Set(inside(s, 5)),
+            ..Commit::default()
+        };
         assert!(store.commit(&key, "a", &commit).await.unwrap());
         let row = store.read(&key).await.unwrap();
         assert_eq!(
@@ -369,9 +375,11 @@ async fn the_seed_store_keeps_only_what_five_methods_can_and_says_what_it_drops(
         );
 
         // Done whole and nothing failing: finishable by both.
-        let mut done = Commit::default();
-        done.checkpoint = Some(whole(s));
-        done.failing = FailingChange::Clear;
+        let done = Commit {
+            checkpoint: Some(whole(s)),
+            failing: FailingChange::Clear,
+            ..Commit::default()
+        };
         let Claim::Acquired { .. } = store.acquire_and_read(&key, "a", TTL, None).await.unwrap()
         else {
             panic!("released");

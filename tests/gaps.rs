@@ -481,11 +481,11 @@ async fn without_a_topology_that_reads_records_a_gap_is_an_error_and_a_metric_an
 /// Runs `stream` through the local event source with `mapping`; the handler fails each record
 /// `fails(n)` times first. Returns every `n` processed, in order, and the run's discards.
 async fn run_local(
-    stream: kinesis_checkpoint::local::MemoryStream,
-    mapping: kinesis_checkpoint::local::Mapping,
+    stream: kinesis_checkpoint_testing::local::MemoryStream,
+    mapping: kinesis_checkpoint_testing::local::Mapping,
     fails: impl Fn(u64) -> u32 + Send + Sync + 'static,
-) -> (Vec<u64>, Vec<kinesis_checkpoint::local::Discarded>) {
-    use kinesis_checkpoint::local::EventSource;
+) -> (Vec<u64>, Vec<kinesis_checkpoint_testing::local::Discarded>) {
+    use kinesis_checkpoint_testing::local::EventSource;
     let (seen, handler) = failing_handler(fails);
     let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), handler).gate(Gate::new(
         Arc::new(stream.clone()),
@@ -541,7 +541,7 @@ fn assert_all_once_in_order(mut seen: Vec<u64>, total: u64, keys: u64, discarded
     );
 }
 
-fn orders(stream: &kinesis_checkpoint::local::MemoryStream, range: std::ops::Range<u64>) {
+fn orders(stream: &kinesis_checkpoint_testing::local::MemoryStream, range: std::ops::Range<u64>) {
     for n in range {
         stream.put(
             &format!("customer-{}", n % 9),
@@ -557,7 +557,7 @@ fn orders(stream: &kinesis_checkpoint::local::MemoryStream, range: std::ops::Ran
 /// on until it succeeds: each time the next batch reads on from the checkpoint.)
 #[tokio::test]
 async fn with_the_local_mappings_retry_discards_every_record_is_recovered_once_in_order() {
-    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream};
+    use kinesis_checkpoint_testing::local::{DiscardReason, Mapping, MemoryStream};
     for seed in [1, 2, 3] {
         let stream = MemoryStream::new("orders", 2);
         orders(&stream, 0..400);
@@ -593,7 +593,7 @@ async fn with_the_local_mappings_retry_discards_every_record_is_recovered_once_i
 /// one, until a young one comes. Gap recovery reads them all back.
 #[tokio::test]
 async fn with_the_local_mappings_age_discards_every_record_is_recovered_once_in_order() {
-    use kinesis_checkpoint::local::{DiscardReason, Mapping, MemoryStream, Shards};
+    use kinesis_checkpoint_testing::local::{DiscardReason, Mapping, MemoryStream, Shards};
     let stream = MemoryStream::new("orders", 2);
     orders(&stream, 0..100);
     // The next records arrive ten seconds later: young when the first ones are too old, and
@@ -617,7 +617,7 @@ async fn with_the_local_mappings_age_discards_every_record_is_recovered_once_in_
 
 /// The records of a memory stream's `shard`, `range` of them, as one delivery.
 fn memory_delivery(
-    stream: &kinesis_checkpoint::local::MemoryStream,
+    stream: &kinesis_checkpoint_testing::local::MemoryStream,
     shard: &str,
     range: std::ops::Range<usize>,
 ) -> KinesisEvent {
@@ -626,10 +626,10 @@ fn memory_delivery(
 
 /// [`memory_delivery`], each record's arrival (epoch seconds) told by `arrival`.
 fn memory_delivery_arrived(
-    stream: &kinesis_checkpoint::local::MemoryStream,
+    stream: &kinesis_checkpoint_testing::local::MemoryStream,
     shard: &str,
     range: std::ops::Range<usize>,
-    arrival: impl Fn(&kinesis_checkpoint::local::StreamRecord) -> f64,
+    arrival: impl Fn(&kinesis_checkpoint_testing::local::StreamRecord) -> f64,
 ) -> KinesisEvent {
     use base64::Engine;
     let records: Vec<Value> = stream.records(shard)[range]
@@ -670,7 +670,7 @@ type Sub = (String, Option<u64>);
 
 #[tokio::test]
 async fn a_gap_that_starts_inside_a_kpl_aggregate_runs_its_remaining_sub_records_first() {
-    use kinesis_checkpoint::local::MemoryStream;
+    use kinesis_checkpoint_testing::local::MemoryStream;
     let stream = MemoryStream::new("orders", 1);
     stream.put("plain", "p0");
     let aggregate = stream.put("customer", aggregate_bytes("ten_sub_records"));
@@ -815,7 +815,7 @@ async fn a_skipped_range_read_back_from_kinesis_unpacks_its_kpl_aggregates() {
 
 #[tokio::test]
 async fn a_batch_cut_by_the_deadline_is_remembered_and_its_skipped_rest_recovered() {
-    use kinesis_checkpoint::local::MemoryStream;
+    use kinesis_checkpoint_testing::local::MemoryStream;
     let stream = MemoryStream::new("orders", 1);
     for n in 0..8_u64 {
         stream.put("customer", serde_json::json!({ "n": n }).to_string());
@@ -873,12 +873,12 @@ async fn a_batch_cut_by_the_deadline_is_remembered_and_its_skipped_rest_recovere
 /// Deliveries of a two-record-batch memory stream's shard 0, and a processor over it on the
 /// memory store whose handler notes every `n`.
 fn lingering_setup() -> (
-    kinesis_checkpoint::local::MemoryStream,
+    kinesis_checkpoint_testing::local::MemoryStream,
     Arc<MemoryLeaseStore>,
     Seen,
     Processor<impl Handler + use<>>,
 ) {
-    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    let stream = kinesis_checkpoint_testing::local::MemoryStream::new("orders", 1);
     orders(&stream, 0..6);
     let store = Arc::new(MemoryLeaseStore::new());
     let seen = Seen::default();
@@ -902,7 +902,7 @@ async fn a_batch_an_invocation_died_on_and_the_mapping_gave_up_on_is_recovered_b
         .unwrap();
     assert!(matches!(
         claim,
-        kinesis_checkpoint::store::Claim::Acquired { .. }
+        kinesis_checkpoint::internal::Claim::Acquired { .. }
     ));
     tokio::time::sleep(Duration::from_millis(5)).await;
     // The mapping gives up on that batch; the next one starts at record 2.
@@ -929,13 +929,13 @@ async fn a_batch_an_invocation_died_on_and_the_mapping_gave_up_on_is_recovered_b
 fn split_setup(
     fail: &[u64],
 ) -> (
-    kinesis_checkpoint::local::MemoryStream,
+    kinesis_checkpoint_testing::local::MemoryStream,
     Arc<MemoryLeaseStore>,
     Seen,
     Processor<impl Handler + use<>>,
     String,
 ) {
-    let stream = kinesis_checkpoint::local::MemoryStream::new("orders", 1);
+    let stream = kinesis_checkpoint_testing::local::MemoryStream::new("orders", 1);
     for n in 0..4_u64 {
         stream.put("customer", serde_json::json!({ "n": n }).to_string());
     }

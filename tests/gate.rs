@@ -14,10 +14,11 @@ use common::context;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, Held, KinesisTopology, StartingPosition};
+use kinesis_checkpoint::internal::Commit;
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::sequence::SHARD_END;
-use kinesis_checkpoint::store::{CheckpointStore, Commit, LeaseStore};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, Handler, LeaseKey, Outcome, Processor, Record};
 use serde_json::Value;
 
@@ -396,8 +397,10 @@ async fn a_parent_gone_from_the_stream_counts_as_finished() {
             .await
             .unwrap()
     );
-    let mut commit = Commit::default();
-    commit.parent_shards = vec!["shardId-000000000099".to_owned()];
+    let commit = Commit {
+        parent_shards: vec!["shardId-000000000099".to_owned()],
+        ..Commit::default()
+    };
     assert!(setup.store.commit(&key, "earlier", &commit).await.unwrap());
     let log = Log::default();
     let processor = setup

@@ -15,11 +15,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::aggregates::{Ran, STREAM, event_of, noting, process, ten_sub_records};
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position, Processor};
+use kinesis_checkpoint_testing::local::MemoryStream;
 use ruststream_kinesis::LeaseStore as _;
 
 const SHARD: &str = "shardId-000000000000";

@@ -90,21 +90,22 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use common::faults::{Chaos, ChaosLevels};
-use kinesis_checkpoint::clock::{Clock, TokioClock};
-use kinesis_checkpoint::dead_letter::MemoryQueue;
-use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
+use kinesis_checkpoint::clock::Clock;
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::{
-    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng, Shards,
-};
+use kinesis_checkpoint::internal::{Call, FailingChange, Layer, Layered, Next};
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::report::Disposition;
-use kinesis_checkpoint::store::{
-    Call, CheckpointStore, FailingChange, Layer, Layered, LeaseError, LeaseStore, Next, SeedStore,
-};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError, LeaseStore, SeedStore};
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, Handler, MemoryLeaseStore, Mode, Outcome, Position, Processor,
     Record, SequenceNumber,
+};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
+use kinesis_checkpoint_testing::MemoryQueue;
+use kinesis_checkpoint_testing::TokioClock;
+use kinesis_checkpoint_testing::local::{
+    EventSource, Function, InvocationError, Mapping, MemoryStream, Rng, Shards,
 };
 use letters::{FlakyQueue, LetterCounts, Letters, awkward_error, check_letters};
 use serde::{Deserialize, Serialize};

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{context, event, lambda_record, n_of, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Position, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::json;
 
 const STREAM: &str = "orders";

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use common::{context, reported};
 use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::gate::{Gate, KinesisTopology, StartingPosition, Topology};
-use kinesis_checkpoint::local::MemoryStream;
-use kinesis_checkpoint::store::row_key;
+use kinesis_checkpoint::internal::row_key;
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint_testing::local::MemoryStream;
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";

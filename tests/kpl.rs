@@ -5,8 +5,6 @@
 //! `scripts/make_kpl_fixtures.py`), so these tests show that we read what real producers write,
 //! not merely what our own encoder writes.
 
-#![cfg(feature = "kpl")]
-
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

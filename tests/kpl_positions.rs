@@ -17,12 +17,11 @@ use common::aggregates::{
 use common::faults::faulty;
 use common::moto::{Moto, create_lease_table, unique};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint::internal::{Below, Commit, FailingChange};
 use kinesis_checkpoint::report::StopReason;
-use kinesis_checkpoint::store::{
-    Below, CheckpointStore, Commit, FailingChange, FailingRecord, LeaseState, LeaseStore,
-};
+use kinesis_checkpoint::store::{CheckpointStore, FailingRecord, LeaseState, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Position, Processor};
+use kinesis_checkpoint_testing::local::MemoryStream;
 
 const TTL: Duration = Duration::from_mins(1);
 
@@ -304,11 +303,13 @@ async fn assert_finishes_only_when_nothing_is_undone(
 /// writes: a commit (the toolkit's), then a bare `checkpoint` (a seed writer's).
 async fn write_memory(store: &MemoryLeaseStore, key: &LeaseKey, state: &LeaseState) {
     assert!(store.acquire(key, "writer", TTL).await.unwrap());
-    let mut commit = Commit::default();
-    commit.failing = state
-        .failing
-        .clone()
-        .map_or(FailingChange::Keep, FailingChange::Set);
+    let mut commit = Commit {
+        failing: state
+            .failing
+            .clone()
+            .map_or(FailingChange::Keep, FailingChange::Set),
+        ..Commit::default()
+    };
     let checkpoint = state.checkpoint.as_deref().unwrap();
     if let (Some(aggregate), Some(sub)) = (&state.aggregate_sequence, state.aggregate_sub) {
         commit.checkpoint = Some(inside(aggregate, sub));

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use common::{context, event, lambda_record, n_of, redeliver_from, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::{Handler, LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::{Value, json};
 
 const STREAM: &str = "orders";

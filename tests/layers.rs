@@ -12,8 +12,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::faults::{Chaos, ChaosLevels, faulty};
-use kinesis_checkpoint::store::{CheckpointStore, SeedStore, every_field};
+use kinesis_checkpoint::BoxFuture;
+use kinesis_checkpoint::internal::{Call, Layer, Layered, Next};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError, SeedStore};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
+use kinesis_checkpoint_testing::every_field;
 
 #[tokio::test]
 async fn the_fault_layer_with_its_faults_off_hands_every_field_on() {
@@ -103,4 +106,44 @@ async fn the_fault_layer_steals_the_lease_before_the_last_write_through_the_real
         memory.read(&key).await.unwrap().lease_owner.as_deref(),
         Some("thief")
     );
+}
+
+/// Passes every call on, noting what it saw.
+#[derive(Default)]
+struct Noting(std::sync::Mutex<Vec<String>>);
+
+impl Layer for Noting {
+    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+        &'a self,
+        call: Call<'a>,
+        next: Next<'a, T>,
+    ) -> BoxFuture<'a, Result<T, LeaseError>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(format!("{:?} {:?}", call.operation(), call.keys()));
+        next.run(call)
+    }
+}
+
+#[tokio::test]
+async fn a_layered_store_hands_every_field_of_every_write_to_the_inner_store() {
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let store = Layered::new(memory.clone(), Noting::default());
+    every_field::reach(&store, &memory).await;
+    let seen = store.layer().0.lock().expect("notes").clone();
+    for operation in [
+        "AcquireAndRead",
+        "Renew",
+        "Commit",
+        "Read",
+        "Finish",
+        "CommitRows",
+        "ReadRows",
+    ] {
+        assert!(
+            seen.iter().any(|line| line.starts_with(operation)),
+            "{operation} went through the layer: {seen:?}"
+        );
+    }
 }

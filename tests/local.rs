@@ -15,11 +15,11 @@ use std::time::Duration;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::{
+use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint_testing::local::{
     Delivery, DeliveryOutcome, DiscardReason, EventSource, Function, InvocationError, Mapping,
     MemoryStream, Rng,
 };
-use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
 use serde_json::json;
 
 type Answer = Result<KinesisEventResponse, InvocationError>;
@@ -77,7 +77,7 @@ async fn run(
     stream: MemoryStream,
     mapping: Mapping,
     function: Arc<dyn Function>,
-) -> (kinesis_checkpoint::local::RunReport, Vec<Delivery>) {
+) -> (kinesis_checkpoint_testing::local::RunReport, Vec<Delivery>) {
     let mut deliveries = Vec::new();
     let report = EventSource::new(stream, mapping)
         .run_observed(function, |d| deliveries.push(d.clone()))

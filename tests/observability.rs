@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use base64::Engine;
 use common::moto::{Moto, create_lease_table, unique};
 use common::{context, event, lambda_record, reported};
-use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError, MemoryDeadLetters};
+use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
 use kinesis_checkpoint::metrics::Metrics;
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, DynamoLeaseStore, MemoryLeaseStore, Outcome, Processor, Record,
 };
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::{Value, json};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;

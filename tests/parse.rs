@@ -9,8 +9,6 @@
 //! none after it, and nothing skipped silently. Everything runs in process on
 //! `MemoryLeaseStore`: the properties are about parsing and reporting, not about `DynamoDB`.
 
-#![cfg(feature = "kpl")]
-
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -1245,7 +1243,7 @@ proptest! {
         json[at]["kinesis"]["data"] = json!(STANDARD.encode(&unreadable));
         let LambdaKinesisEvent(event) = deserialize(&body(&json)).expect("well formed");
         let (processor, _store, seen) = recording_processor();
-        let letters = Arc::new(kinesis_checkpoint::dead_letter::MemoryDeadLetters::new());
+        let letters = Arc::new(kinesis_checkpoint_testing::MemoryDeadLetters::new());
         let processor = if sink { processor.dead_letters(letters.clone()) } else { processor };
         let report = block_on(processor.process_batch(event, &Context::default()))
             .expect("every record has a sequence number");

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{context, event, lambda_record, n_of, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+use kinesis_checkpoint::internal::row_key;
 use kinesis_checkpoint::report::Disposition;
-use kinesis_checkpoint::store::row_key;
 use kinesis_checkpoint::store::{CheckpointStore, LeaseStore};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::json;
 
 const STREAM: &str = "orders";
@@ -272,7 +272,7 @@ async fn a_key_row_written_by_another_delivery_meanwhile_is_not_overwritten_and_
                 if n_of(&record) == 4 {
                     let row = row_key(&shard(), "key-0");
                     let counter = racing.read(&row).await.unwrap().lease_counter;
-                    let mut commit = kinesis_checkpoint::store::KeyCommit::new(row, counter);
+                    let mut commit = kinesis_checkpoint::internal::KeyCommit::new(row, counter);
                     commit.checkpoint = Some(kinesis_checkpoint::Position::record(
                         sequence(4).parse().unwrap(),
                     ));
@@ -403,7 +403,7 @@ async fn in_the_partition_key_mode_records_at_or_below_a_container_consumers_che
 /// A topology over a memory stream that counts the reads of a parent's records, and the
 /// records each read returned.
 struct CountingStream {
-    stream: kinesis_checkpoint::local::MemoryStream,
+    stream: kinesis_checkpoint_testing::local::MemoryStream,
     reads: Mutex<Vec<usize>>,
 }
 
@@ -472,7 +472,7 @@ impl kinesis_checkpoint::gate::Topology for CountingStream {
 
 /// The records of `shard` of a memory stream, `range` of them, as one delivery.
 fn delivery(
-    stream: &kinesis_checkpoint::local::MemoryStream,
+    stream: &kinesis_checkpoint_testing::local::MemoryStream,
     shard: &str,
     range: std::ops::Range<usize>,
 ) -> aws_lambda_events::event::kinesis::KinesisEvent {
@@ -505,8 +505,11 @@ fn delivery(
 fn split_stream(
     parent: u64,
     keys: u64,
-) -> (kinesis_checkpoint::local::MemoryStream, Arc<CountingStream>) {
-    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1);
+) -> (
+    kinesis_checkpoint_testing::local::MemoryStream,
+    Arc<CountingStream>,
+) {
+    let stream = kinesis_checkpoint_testing::local::MemoryStream::new(STREAM, 1);
     for n in 0..parent {
         stream.put(&partition_key(n, keys), json!({ "n": n }).to_string());
     }
@@ -521,7 +524,7 @@ fn split_stream(
     (stream, counting)
 }
 
-fn child_with_records(stream: &kinesis_checkpoint::local::MemoryStream) -> String {
+fn child_with_records(stream: &kinesis_checkpoint_testing::local::MemoryStream) -> String {
     ["shardId-000000000001", "shardId-000000000002"]
         .into_iter()
         .find(|child| !stream.records(child).is_empty())
@@ -676,15 +679,15 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
 #[derive(Default)]
 struct LosesFirstAnswer(std::sync::atomic::AtomicBool);
 
-impl kinesis_checkpoint::store::Layer for LosesFirstAnswer {
+impl kinesis_checkpoint::internal::Layer for LosesFirstAnswer {
     fn around<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
-        call: kinesis_checkpoint::store::Call<'a>,
-        next: kinesis_checkpoint::store::Next<'a, T>,
+        call: kinesis_checkpoint::internal::Call<'a>,
+        next: kinesis_checkpoint::internal::Next<'a, T>,
     ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, kinesis_checkpoint::store::LeaseError>> {
         let rows = matches!(
             call.operation(),
-            kinesis_checkpoint::store::Operation::CommitRows
+            kinesis_checkpoint::internal::Operation::CommitRows
         );
         Box::pin(async move {
             let answer = next.run(call).await;
@@ -700,7 +703,7 @@ impl kinesis_checkpoint::store::Layer for LosesFirstAnswer {
 /// redelivery finds every record at or below its key's checkpoint and runs none again.
 #[tokio::test]
 async fn in_the_partition_key_mode_rows_written_with_their_answer_lost_run_nothing_twice() {
-    use kinesis_checkpoint::store::Layered;
+    use kinesis_checkpoint::internal::Layered;
     let memory = Arc::new(MemoryLeaseStore::new());
     let store = Arc::new(Layered::new(memory.clone(), LosesFirstAnswer::default()));
     let journal = Journal::default();

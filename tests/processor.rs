@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use common::faults::{Faulty, faulty};
 use common::{batch, context, event, lambda_record, n_of, redeliver_from, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::report::{Disposition, StopReason};
 use kinesis_checkpoint::store::LeaseStore;
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Outcome, ProcessError, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 use serde_json::json;
 
 const STREAM: &str = "orders";

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use common::faults::faulty;
 use common::{batch, context, n_of, redeliver_from, sequence};
-use kinesis_checkpoint::clock::TokioClock;
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::gate::{Gate, ShardInfo, StartingPosition, Topology, TopologyError};
 use kinesis_checkpoint::report::StopReason;
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, LeaseKey, MemoryLeaseStore, Outcome, Processor, Record,
 };
+use kinesis_checkpoint_testing::MemoryDeadLetters;
+use kinesis_checkpoint_testing::TokioClock;
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";

@@ -11,12 +11,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, create_table, unique};
 use common::writes::{count_up, id_key, orders, put_once};
 use common::{batch, context, n_of, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::effects::{ItemId, OnConditionFailed, Writes};
+use kinesis_checkpoint::internal::{Commit, Transacted, Transaction};
 use kinesis_checkpoint::processor::Effect;
 use kinesis_checkpoint::report::{Disposition, StopReason};
-use kinesis_checkpoint::store::{CheckpointStore, Commit, Transacted, Transaction};
+use kinesis_checkpoint::store::CheckpointStore;
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";
@@ -254,13 +255,15 @@ async fn a_transaction_sent_again_with_its_token_applies_once_in_the_memory_stor
         .unwrap();
     assert!(matches!(
         claim,
-        kinesis_checkpoint::store::Claim::Acquired { .. }
+        kinesis_checkpoint::internal::Claim::Acquired { .. }
     ));
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(kinesis_checkpoint::Position::record(
-        sequence(1).parse().unwrap(),
-    ));
-    commit.keep_lease = true;
+    let commit = Commit {
+        checkpoint: Some(kinesis_checkpoint::Position::record(
+            sequence(1).parse().unwrap(),
+        )),
+        keep_lease: true,
+        ..Commit::default()
+    };
     let transaction = Transaction::new(commit, vec![count_up("totals", "all")], "kc-1".to_owned());
     for _ in 0..2 {
         assert_eq!(
@@ -526,14 +529,14 @@ struct FailTransaction {
     seen: std::sync::atomic::AtomicUsize,
 }
 
-impl kinesis_checkpoint::store::Layer for FailTransaction {
+impl kinesis_checkpoint::internal::Layer for FailTransaction {
     fn around<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
-        call: kinesis_checkpoint::store::Call<'a>,
-        next: kinesis_checkpoint::store::Next<'a, T>,
+        call: kinesis_checkpoint::internal::Call<'a>,
+        next: kinesis_checkpoint::internal::Next<'a, T>,
     ) -> kinesis_checkpoint::BoxFuture<'a, Result<T, kinesis_checkpoint::store::LeaseError>> {
         use std::sync::atomic::Ordering;
-        if call.operation() == kinesis_checkpoint::store::Operation::Transact
+        if call.operation() == kinesis_checkpoint::internal::Operation::Transact
             && self.seen.fetch_add(1, Ordering::SeqCst) == self.fail
         {
             return Box::pin(async { Err("throttled (injected)".into()) });
@@ -573,7 +576,7 @@ fn with_an_aggregate() -> aws_lambda_events::event::kinesis::KinesisEvent {
 async fn kpl_sub_records_commit_in_chunks_that_end_inside_the_aggregate_and_resume_there() {
     let memory = Arc::new(MemoryLeaseStore::new());
     // The second transaction fails: the first one's checkpoint lies inside the aggregate.
-    let store = Arc::new(kinesis_checkpoint::store::Layered::new(
+    let store = Arc::new(kinesis_checkpoint::internal::Layered::new(
         Arc::clone(&memory) as Arc<dyn CheckpointStore>,
         FailTransaction {
             fail: 1,

@@ -14,11 +14,11 @@ use base64::Engine as _;
 use common::{context, n_of, reported};
 use kinesis_checkpoint::effects::{ItemId, Write, Writes};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::processor::Effect;
 use kinesis_checkpoint::report::{Disposition, Held, StopReason};
 use kinesis_checkpoint::store::CheckpointStore;
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Processor, Record};
+use kinesis_checkpoint_testing::local::MemoryStream;
 
 const STREAM: &str = "orders";
 const TABLE: &str = "orders";

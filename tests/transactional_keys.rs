@@ -12,15 +12,15 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, create_table, unique};
 use common::writes::{count_up, id_key, orders, put_once};
 use common::{context, event, lambda_record, n_of, reported, sequence};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::effects::{ItemId, OnConditionFailed, Writes};
+use kinesis_checkpoint::internal::{
+    Call, KeyCommit, Layer, Layered, Next, Operation, RowsTransacted, RowsTransaction, row_key,
+};
 use kinesis_checkpoint::processor::Effect;
 use kinesis_checkpoint::report::{Disposition, StopReason};
-use kinesis_checkpoint::store::{
-    Call, CheckpointStore, KeyCommit, Layer, Layered, LeaseError, Next, Operation, RowsTransacted,
-    RowsTransaction, row_key,
-};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, MemoryLeaseStore, Processor, Record};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";
@@ -679,7 +679,7 @@ async fn in_the_key_mode_kpl_sub_records_commit_in_chunks_that_end_inside_the_ag
 
 /// An event of the memory stream's records `range` of `shard`, as Lambda delivers them.
 fn stream_delivery(
-    stream: &kinesis_checkpoint::local::MemoryStream,
+    stream: &kinesis_checkpoint_testing::local::MemoryStream,
     shard: &str,
     range: std::ops::Range<usize>,
 ) -> aws_lambda_events::event::kinesis::KinesisEvent {
@@ -719,11 +719,13 @@ fn stream_delivery(
 )]
 async fn in_the_key_mode_a_child_waits_for_its_parents_retry_and_each_records_writes_land_once() {
     use kinesis_checkpoint::Position;
-    use kinesis_checkpoint::clock::{Clock, TokioClock};
+    use kinesis_checkpoint::clock::Clock;
     use kinesis_checkpoint::gate::{Gate, StartingPosition};
+    use kinesis_checkpoint_testing::TokioClock;
     use std::sync::Mutex;
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(1_764_512_345_000));
-    let stream = kinesis_checkpoint::local::MemoryStream::new(STREAM, 1).clock(clock.clone());
+    let stream =
+        kinesis_checkpoint_testing::local::MemoryStream::new(STREAM, 1).clock(clock.clone());
     // Two keys; the parent holds 0 to 5, one child both keys' 6 to 9 (the keys share a child
     // when their hashes do; either way every child is delivered below).
     for n in 0..6_u64 {

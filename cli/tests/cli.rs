@@ -15,10 +15,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::kinesis::{KinesisLocal, Stream};
 use common::moto::{Moto, create_lease_table, create_table, unique};
 use common::temp_file::TempFile;
+use kinesis_checkpoint::internal::{Commit, FailingChange, KeyCommit};
 use kinesis_checkpoint::sequence::SHARD_END;
-use kinesis_checkpoint::store::{
-    CheckpointStore, Commit, FailingChange, FailingRecord, KeyCommit, LeaseStore,
-};
+use kinesis_checkpoint::store::{CheckpointStore, FailingRecord, LeaseStore};
 use kinesis_checkpoint::{DynamoLeaseStore, LeaseKey, Position};
 use serde_json::Value;
 
@@ -125,14 +124,16 @@ async fn status_shows_each_shard_with_its_lease_checkpoint_parents_and_failing_r
             .await
             .unwrap()
     );
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(position(8));
-    commit.failing = FailingChange::Set(FailingRecord::first(
-        &position(9),
-        "ledger table throttled",
-        1,
-    ));
-    commit.parent_shards = vec![SHARD.to_owned()];
+    let commit = Commit {
+        checkpoint: Some(position(8)),
+        failing: FailingChange::Set(FailingRecord::first(
+            &position(9),
+            "ledger table throttled",
+            1,
+        )),
+        parent_shards: vec![SHARD.to_owned()],
+        ..Commit::default()
+    };
     assert!(
         store
             .commit(&failing, "ledger:req-2", &commit)
@@ -388,9 +389,11 @@ async fn moving_a_checkpoint_asks_first_and_reads_the_answer_from_stdin() {
             .await
             .unwrap()
     );
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(position(3));
-    commit.failing = FailingChange::Set(FailingRecord::first(&position(4), "poison", 1));
+    let commit = Commit {
+        checkpoint: Some(position(3)),
+        failing: FailingChange::Set(FailingRecord::first(&position(4), "poison", 1)),
+        ..Commit::default()
+    };
     assert!(store.commit(&key, "old", &commit).await.unwrap());
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
     let finish = [
@@ -449,12 +452,14 @@ async fn status_shows_the_progress_inside_an_aggregate_beside_the_checkpoint_don
             .await
             .unwrap()
     );
-    let mut commit = Commit::default();
-    commit.checkpoint = Some(Position::sub_record(
-        common::sequence(9).parse().unwrap(),
-        3,
-    ));
-    commit.below = kinesis_checkpoint::store::Below::Record(common::sequence(8).parse().unwrap());
+    let commit = Commit {
+        checkpoint: Some(Position::sub_record(
+            common::sequence(9).parse().unwrap(),
+            3,
+        )),
+        below: kinesis_checkpoint::internal::Below::Record(common::sequence(8).parse().unwrap()),
+        ..Commit::default()
+    };
     assert!(store.commit(&key, "ledger:req-1", &commit).await.unwrap());
 
     let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];

@@ -495,15 +495,13 @@ fn rfc3339(time: SystemTime) -> String {
         .unwrap_or_default()
 }
 
-#[cfg(all(test, feature = "local"))]
-#[allow(
-    clippy::cast_possible_truncation,
-    reason = "small random numbers drawn as u64"
-)]
+#[cfg(test)]
 mod tests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
     use super::*;
     use crate::dead_letter::DeadLetterReason;
-    use crate::local::Rng;
 
     fn letter(data: Vec<u8>, key: &str, error: &str) -> DeadLetter {
         let record = Record::new(
@@ -517,20 +515,15 @@ mod tests {
         DeadLetter::new(record, 2, error, DeadLetterReason::Exhausted)
     }
 
-    #[test]
-    fn every_part_fits_the_limit_and_the_parts_of_one_send_join_to_the_payload() {
-        let mut rng = Rng::new(7);
-        for _ in 0..200 {
-            let max = 4_096 + rng.below(20_000) as usize;
-            let data: Vec<u8> = (0..rng.below(60_000))
-                .map(|_| rng.below(256) as u8)
-                .collect();
-            let error: String = (0..rng.below(40_000))
-                .map(|_| char::from_u32(rng.below(0x11_0000) as u32).unwrap_or('\u{fffe}'))
-                .collect();
-            let key: String = (0..rng.below(256))
-                .map(|_| char::from_u32(rng.below(0x3_0000) as u32).unwrap_or('\0'))
-                .collect();
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn every_part_fits_the_limit_and_the_parts_of_one_send_join_to_the_payload(
+            max in 4_096_usize..24_096,
+            data in vec(any::<u8>(), 0..60_000),
+            error in vec(any::<char>(), 0..20_000).prop_map(String::from_iter),
+            key in vec(any::<char>(), 0..256).prop_map(String::from_iter),
+        ) {
             let letter = letter(data.clone(), &key, &error);
             let messages = encode(&letter, max, "s1").unwrap();
             let bodies: Vec<Body> = messages
@@ -544,14 +537,14 @@ mod tests {
                     decode(&message.body).expect("ours")
                 })
                 .collect();
-            assert_eq!(bodies.len(), bodies[0].parts);
+            prop_assert_eq!(bodies.len(), bodies[0].parts);
             let record = rebuild(&bodies.iter().collect::<Vec<_>>()).unwrap();
-            assert_eq!(record.data(), &data[..]);
-            assert_eq!(record.partition_key(), key);
-            assert_eq!(bodies[0].error_bytes, error.len());
+            prop_assert_eq!(record.data(), &data[..]);
+            prop_assert_eq!(record.partition_key(), key);
+            prop_assert_eq!(bodies[0].error_bytes, error.len());
             let kept = bodies[0].error.split("… [cut: ").next().unwrap();
-            assert!(error.starts_with(kept));
-            assert_eq!(bodies[0].error_cut, kept.len() < error.len());
+            prop_assert!(error.starts_with(kept));
+            prop_assert_eq!(bodies[0].error_cut, kept.len() < error.len());
         }
     }
 

@@ -137,8 +137,6 @@ pub trait DeadLetterSink: Send + Sync + 'static {
     fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>>;
 }
 
-#[cfg(feature = "testing")]
-mod memory;
 #[cfg(feature = "sqs")]
 mod message;
 #[cfg(feature = "sqs")]
@@ -148,10 +146,6 @@ mod redrive;
 #[cfg(feature = "sqs")]
 mod sqs;
 
-#[cfg(feature = "testing")]
-pub use memory::MemoryDeadLetters;
-#[cfg(all(feature = "testing", feature = "sqs"))]
-pub use memory::{MemoryQueue, QueueRefused};
 #[cfg(feature = "sqs")]
 pub use message::{Message, MessageAttribute, is_sqs_text};
 #[cfg(feature = "sqs")]

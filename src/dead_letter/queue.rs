@@ -29,7 +29,8 @@ pub struct Received {
 /// ```
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageQueue};
+/// use kinesis_checkpoint_testing::MemoryQueue;
+/// use kinesis_checkpoint::dead_letter::{Message, MessageQueue};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let queue = MemoryQueue::new(262_144);
@@ -103,7 +104,8 @@ pub const PART_TRIES: usize = 3;
 /// does not fit in a message.
 ///
 /// ```
-/// use kinesis_checkpoint::dead_letter::{MemoryQueue, send_letter};
+/// use kinesis_checkpoint_testing::MemoryQueue;
+/// use kinesis_checkpoint::dead_letter::send_letter;
 /// use kinesis_checkpoint::{LeaseKey, Record};
 /// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 ///

@@ -98,7 +98,8 @@ pub async fn redrive<H: Handler>(
 /// ```
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::dead_letter::{MemoryQueue, redrive_queue, send_letter};
+/// use kinesis_checkpoint_testing::MemoryQueue;
+/// use kinesis_checkpoint::dead_letter::{redrive_queue, send_letter};
 /// use kinesis_checkpoint::{LeaseKey, Outcome, Record};
 /// use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason};
 ///

@@ -22,7 +22,7 @@
 use super::attempt::{Failing, Prepared, Runner};
 use super::batch::Entry;
 use super::ordered::Dispatched;
-use super::shard::{Ready, last_write};
+use super::ready::{Ready, last_write};
 use crate::dead_letter::DeadLetterReason;
 use crate::handler::Handler;
 use crate::report::{Disposition, StopReason};

@@ -194,9 +194,27 @@ impl LeaseWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::TokioClock;
+    use crate::clock::Sleep;
 
     const START: u64 = 1_800_000_000_000;
+
+    /// A clock that reads `START` for ever: the tests give every other time explicitly.
+    #[derive(Debug)]
+    struct Stopped;
+
+    impl Clock for Stopped {
+        fn now_millis(&self) -> u64 {
+            START
+        }
+
+        fn sleep(&self, duration: Duration) -> Sleep {
+            Box::pin(tokio::time::sleep(duration))
+        }
+
+        fn monotonic(&self) -> Duration {
+            Duration::ZERO
+        }
+    }
 
     /// An invocation that arrives at `START` with `deadline` in its context.
     fn arriving_with(deadline: u64) -> Invocation {
@@ -207,7 +225,7 @@ mod tests {
     fn arriving_with_margin(deadline: u64, margin: Duration) -> Invocation {
         let mut context = Context::default();
         context.deadline = deadline;
-        Invocation::new(&context, Arc::new(TokioClock::starting_at(START)), margin)
+        Invocation::new(&context, Arc::new(Stopped), margin)
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,6 +32,7 @@ mod invocation;
 mod keyed;
 mod ordered;
 mod partition_key;
+mod ready;
 mod recovery;
 mod settings;
 mod shard;

@@ -10,11 +10,12 @@
 use std::sync::Arc;
 
 use super::attempt::Runner;
-use super::batch::{Entry, Settled, ShardBatch, prior, settled, stop_all};
+use super::batch::{Entry, Settled, ShardBatch, stop_all};
 use super::careful;
 use super::invocation::{Invocation, LeaseWatch};
 use super::keyed;
 use super::ordered::{self, Committed, Dispatched};
+use super::ready::{Ready, last_write};
 use super::recovery::{self, Recovery, recover};
 use super::settings::Settings;
 use super::shard_lease::{Claimed, claim, keep_alive, release};
@@ -24,33 +25,7 @@ use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, PositionSource, RecordReports, ShardReport, StopReason};
 use crate::sequence::Position;
-use crate::store::{Below, CheckpointStore, Commit, LeaseState, ReportedChange, commit_again_once};
-
-/// The shard as dispatch takes it: the claimed row, the batch (skipped records first), and
-/// what the steps before dispatch settled.
-pub(super) struct Ready {
-    pub(super) key: LeaseKey,
-    pub(super) state: LeaseState,
-    pub(super) entries: Vec<Entry>,
-    /// The checkpoint as read: everything at or below it is done.
-    pub(super) checkpoint: Option<Position>,
-    /// The parents the gate just learnt, to write with the checkpoint.
-    pub(super) parent_shards: Option<Vec<String>>,
-    /// How many of `entries` lead them as duplicates, at or below the checkpoint.
-    pub(super) skipped: usize,
-    /// How many records after those may run: fewer than all when a skipped range was read in
-    /// part (the rest comes with the next delivery).
-    pub(super) runnable: usize,
-    /// How many of `entries` were read back from the stream (a gap).
-    pub(super) recovered: usize,
-}
-
-impl Ready {
-    /// The records after the duplicates: the ones dispatch is given, up to `runnable`.
-    pub(super) fn pending(&self) -> &[Entry] {
-        &self.entries[self.skipped..]
-    }
-}
+use crate::store::{CheckpointStore, Commit, LeaseState, ReportedChange, commit_again_once};
 
 /// Claim, gate, recover, dedupe, dispatch, checkpoint and release one shard's records.
 pub(crate) async fn run_shard<H: Handler>(
@@ -281,49 +256,6 @@ async fn prepare<H>(
         runnable,
         recovered,
     })
-}
-
-/// What a write of the shard's row carries, given what dispatch did so far: the checkpoint
-/// (an aggregate whose last sub-record is done is checkpointed whole: `checkpoint` names
-/// records done whole, and a parent ending in it is then exhausted at it), the record below
-/// it, the failing record, the parents just learnt, the records done above it and the
-/// reported record. The first is the new checkpoint, when it moved.
-pub(super) fn last_write(ready: &Ready, dispatched: &Dispatched) -> (Option<Position>, Commit) {
-    let Ready {
-        state,
-        entries,
-        checkpoint,
-        ..
-    } = ready;
-    let checkpoint = checkpoint.as_ref();
-    let progress = dispatched
-        .done_through
-        .clone()
-        .map(|done| settled(entries, done))
-        .filter(|done| checkpoint.is_none_or(|c| done > c));
-    let below = progress.as_ref().map_or(Below::Keep, |progress| {
-        Below::of(progress, prior(entries, progress), state)
-    });
-    let done_above = keyed::remembered(
-        &state.done_above,
-        &dispatched.done_above,
-        progress.as_ref().or(checkpoint),
-    );
-    let stopped_at = dispatched
-        .stopped
-        .as_ref()
-        .map(|(index, _)| ready.pending()[*index].position());
-    let reported = crate::gap::after_run(state, progress.as_ref().or(checkpoint), stopped_at);
-    let commit = Commit {
-        checkpoint: progress.clone(),
-        below,
-        failing: dispatched.failing.clone(),
-        done_above,
-        reported,
-        ..Commit::default()
-    }
-    .learnt_parents(ready.parent_shards.clone());
-    (progress, commit)
 }
 
 /// [`last_write`], after a careful run when `careful`: the row's mark is what the run's last

@@ -7,7 +7,7 @@
 //! records' writes and the lease row's update, on condition that the lease is still ours.
 //! A chunk before the last moves the checkpoint to its last record and keeps the lease; the
 //! last carries everything the invocation's last write carries
-//! (`shard::last_write`) and releases it. A batch whose records wrote
+//! (`ready::last_write`) and releases it. A batch whose records wrote
 //! nothing sends the plain last write, as a processor of a plain handler does. A chunk before
 //! the last also writes `reported` at the first record it leaves: the next chunk may fail or
 //! the invocation die, and a later batch must still prove the rest skipped (see

@@ -203,7 +203,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// ```
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+    /// # use kinesis_checkpoint_testing::MemoryDeadLetters;
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
     ///     .dead_letters(Arc::new(MemoryDeadLetters::new()));
     /// ```
@@ -275,7 +275,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// ```
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+    /// # use kinesis_checkpoint_testing::MemoryDeadLetters;
     /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() })
     ///     .dead_letters(Arc::new(MemoryDeadLetters::new()))
     ///     .max_attempts(5);

@@ -33,7 +33,7 @@ pub enum FailingChange {
 ///
 /// ```
 /// use kinesis_checkpoint::Position;
-/// use kinesis_checkpoint::store::{Commit, ReportedChange};
+/// use kinesis_checkpoint::internal::{Commit, ReportedChange};
 ///
 /// let mut commit = Commit::default();
 /// assert_eq!(commit.reported, ReportedChange::Keep);
@@ -55,7 +55,7 @@ pub enum ReportedChange {
 ///
 /// ```
 /// use kinesis_checkpoint::Position;
-/// use kinesis_checkpoint::store::{Commit, FailingChange};
+/// use kinesis_checkpoint::internal::{Commit, FailingChange};
 ///
 /// let mut commit = Commit::default();
 /// commit.checkpoint = Some(Position::record("42".parse()?));
@@ -64,7 +64,6 @@ pub enum ReportedChange {
 /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Commit {
     /// The new checkpoint, when it moved: a whole record (an aggregate whose last sub-record
     /// is done is written whole), [`Position::ShardEnd`], or a position inside an aggregate.
@@ -107,9 +106,9 @@ impl Commit {
 /// read, that is if its `lease_counter` is still `expected_counter`.
 ///
 /// ```
-/// use kinesis_checkpoint::store::row_key;
+/// use kinesis_checkpoint::internal::row_key;
 /// use kinesis_checkpoint::{LeaseKey, Position};
-/// use kinesis_checkpoint::store::KeyCommit;
+/// use kinesis_checkpoint::internal::KeyCommit;
 ///
 /// let shard = LeaseKey::new("orders", "shardId-000000000000");
 /// let mut commit = KeyCommit::new(row_key(&shard, "customer-7"), 0);
@@ -118,7 +117,6 @@ impl Commit {
 /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct KeyCommit {
     /// The partition key's row.
     pub row: LeaseKey,
@@ -140,7 +138,7 @@ impl KeyCommit {
     ///
     /// ```
     /// # use kinesis_checkpoint::LeaseKey;
-    /// # use kinesis_checkpoint::store::KeyCommit;
+    /// # use kinesis_checkpoint::internal::KeyCommit;
     /// let commit = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 3);
     /// assert_eq!(commit.expected_counter, 3);
     /// ```
@@ -162,7 +160,7 @@ impl KeyCommit {
 ///
 /// ```
 /// use kinesis_checkpoint::Position;
-/// use kinesis_checkpoint::store::{Commit, Transaction};
+/// use kinesis_checkpoint::internal::{Commit, Transaction};
 ///
 /// let mut commit = Commit::default();
 /// commit.checkpoint = Some(Position::record("42".parse()?));
@@ -173,7 +171,6 @@ impl KeyCommit {
 /// ```
 #[cfg(feature = "dynamodb")]
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct Transaction {
     /// What the lease row's action writes, every field as [`CheckpointStore::commit`] writes
     /// it: for a chunk before the last, the checkpoint at its last record and the lease kept;
@@ -225,7 +222,7 @@ pub enum Transacted {
 /// transaction, which fences a concurrent delivery of the same key.
 ///
 /// ```
-/// use kinesis_checkpoint::store::{KeyCommit, RowsTransaction};
+/// use kinesis_checkpoint::internal::{KeyCommit, RowsTransaction};
 /// use kinesis_checkpoint::LeaseKey;
 ///
 /// let row = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:customer-7"), 3);
@@ -234,7 +231,6 @@ pub enum Transacted {
 /// ```
 #[cfg(feature = "dynamodb")]
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct RowsTransaction {
     /// The keys' rows, each written only if its counter is still the one expected;
     /// [`RowsTransacted::Fenced`] names them by their index here.
@@ -299,7 +295,13 @@ pub enum Claim {
     Held(LeaseState),
 }
 
-/// Durable leases and checkpoints, as the engine uses them.
+/// Durable leases and checkpoints, as the engine uses them; sealed.
+///
+/// Processors take an `Arc<dyn CheckpointStore>`: a
+/// [`DynamoLeaseStore`](crate::store::dynamo::DynamoLeaseStore), a
+/// [`MemoryLeaseStore`](crate::MemoryLeaseStore), or a store of the seed crate's five methods
+/// through [`SeedStore::new`](crate::store::SeedStore::new). Its methods carry the engine's
+/// row forms, which change with the engine, so no other type implements it.
 ///
 /// The contract, for every implementation:
 ///
@@ -309,40 +311,15 @@ pub enum Claim {
 ///   it cannot keep (see [`SeedStore`](crate::store::SeedStore));
 /// - `Err` is for the store failing (throttling, the network), never for a refused condition.
 ///
-/// [`MemoryLeaseStore`](crate::MemoryLeaseStore) and `DynamoLeaseStore` implement it with every
-/// field; a store of the seed crate's five methods goes through
-/// [`SeedStore::new`](crate::store::SeedStore::new). A wrapper (metrics, injected faults) is a
-/// [`Layer`](crate::store::Layer) in [`Layered`](crate::store::Layered), not a second
-/// implementation of this trait.
-///
-/// # Examples
-///
 /// ```
-/// use std::time::Duration;
+/// use std::sync::Arc;
 ///
-/// use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit};
-/// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
+/// use kinesis_checkpoint::store::CheckpointStore;
+/// use kinesis_checkpoint::MemoryLeaseStore;
 ///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::store::LeaseError> {
-/// let store = MemoryLeaseStore::new();
-/// let key = LeaseKey::new("orders", "shardId-000000000000");
-/// let ttl = Duration::from_secs(30);
-/// let Claim::Acquired { state, .. } = store.acquire_and_read(&key, "me", ttl, None).await? else {
-///     panic!("nobody else holds it");
-/// };
-/// assert_eq!(state.checkpoint, None);
-/// let mut commit = Commit::default();
-/// commit.checkpoint = Some(Position::record("17".parse()?));
-/// commit.parent_shards = vec!["shardId-000000000000".to_owned()];
-/// assert!(store.commit(&key, "me", &commit).await?);
-/// let row = CheckpointStore::read(&store, &key).await?;
-/// assert_eq!((row.checkpoint.as_deref(), row.lease_owner), (Some("17"), None));
-/// assert_eq!(row.parent_shards, commit.parent_shards);
-/// # Ok(())
-/// # }
+/// let store: Arc<dyn CheckpointStore> = Arc::new(MemoryLeaseStore::new());
 /// ```
-pub trait CheckpointStore: Send + Sync + 'static {
+pub trait CheckpointStore: super::sealed::Sealed + Send + Sync + 'static {
     /// Takes the lease for `owner`, valid for `ttl`, and reads the row: the first step of every
     /// invocation.
     ///

@@ -283,6 +283,8 @@ impl LeaseStore for MemoryLeaseStore {
     }
 }
 
+impl crate::store::sealed::Sealed for MemoryLeaseStore {}
+
 impl CheckpointStore for MemoryLeaseStore {
     fn acquire_and_read<'a>(
         &'a self,

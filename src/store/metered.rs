@@ -109,12 +109,15 @@ pub(crate) type Metered = Layered<dyn CheckpointStore, Timed>;
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use crate::store::MemoryLeaseStore;
-    use crate::store::every_field;
+    use crate::key::LeaseKey;
+    use crate::store::memory::MemoryLeaseStore;
+    use crate::store::{Commit, KeyCommit};
 
     #[tokio::test]
-    async fn the_timed_store_hands_every_field_on_and_times_each_final_write() {
+    async fn the_timed_store_times_each_final_write_and_no_mark() {
         let memory = Arc::new(MemoryLeaseStore::new());
         let inner: Arc<dyn CheckpointStore> = memory.clone();
         let store: Metered = Layered::new(
@@ -124,8 +127,24 @@ mod tests {
             },
         );
         let counters = Arc::new(Counters::default());
-        scope(counters.clone(), every_field::reach(&store, &memory)).await;
-        // Two last writes and one `commit_rows` in `reach` (its mark keeps the lease).
-        assert_eq!(counters.take_latencies().len(), 3);
+        let key = LeaseKey::new("orders", "shardId-000000000000");
+        let writes = async {
+            let ttl = Duration::from_secs(10);
+            store.acquire_and_read(&key, "a", ttl, None).await.unwrap();
+            let mark = Commit {
+                keep_lease: true,
+                ..Commit::default()
+            };
+            assert!(store.commit(&key, "a", &mark).await.unwrap());
+            assert!(store.commit(&key, "a", &Commit::default()).await.unwrap());
+            let row = KeyCommit::new(LeaseKey::new("orders", "shardId-000000000000:k"), 0);
+            store.commit_rows(&[row]).await.unwrap();
+        };
+        scope(counters.clone(), writes).await;
+        assert_eq!(
+            counters.take_latencies().len(),
+            2,
+            "the last write and the rows"
+        );
     }
 }

@@ -15,46 +15,51 @@
 //!   progress inside a KPL aggregate) and what that costs.
 //! - [`CheckpointStore`] is the engine's: the claim that reads the row, the last write that
 //!   carries everything and releases the lease, the gate's `finish`, the partition-key mode's
-//!   many rows. Every method is required, so no store loses a field by leaving one out.
-//!   Implement it when the store can keep the toolkit's schema; [`MemoryLeaseStore`] and
-//!   `DynamoLeaseStore` implement both.
+//!   many rows. It is sealed: its methods carry the engine's row forms, which change with the
+//!   engine. [`MemoryLeaseStore`](crate::MemoryLeaseStore) and `DynamoLeaseStore` implement it, and [`SeedStore`].
 //!
-//! A wrapper around a store (metrics, injected faults in tests) is a [`Layer`] inside
-//! [`Layered`], which spells the method list once, instead of a third implementation that
-//! forwards every method by hand.
+//! A wrapper around a store (metrics, injected faults in tests) is a `Layer` inside `Layered`,
+//! which spells the method list once, instead of an implementation that forwards every method
+//! by hand.
 //!
 //! | file | what |
 //! |---|---|
 //! | `lease` | [`LeaseStore`], [`LeaseState`], [`FailingRecord`], [`BoxFuture`], [`LeaseError`] |
-//! | `checkpoints` | [`CheckpointStore`], [`Claim`], [`Commit`], [`KeyCommit`], [`FailingChange`], [`ReportedChange`], `Transaction`, `Transacted`, `RowsTransaction`, `RowsTransacted` |
-//! | `row` | how a position is written into a row and read back: [`Below`] |
+//! | `checkpoints` | [`CheckpointStore`] and the writes it takes: the claim, the commit, the key rows, the transactions |
+//! | `row` | how a position is written into a row and read back |
 //! | `seed` | [`SeedStore`] |
-//! | `layer` | [`Layer`], [`Layered`], [`Call`], [`Next`], [`Operation`] |
-//! | `memory` | [`MemoryLeaseStore`] |
+//! | `layer` | `Layer`, `Layered`: wrappers that see every call |
+//! | `memory` | [`MemoryLeaseStore`](crate::MemoryLeaseStore) |
 //! | `dynamo` | `DynamoLeaseStore` (feature `dynamodb`) |
 //! | `metered` | the per-invocation request and latency counters of the metrics |
 
-mod checkpoints;
+pub(crate) mod checkpoints;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
-#[cfg(feature = "testing")]
-pub mod every_field;
-mod layer;
-mod lease;
-pub mod memory;
+pub(crate) mod layer;
+pub(crate) mod lease;
+pub(crate) mod memory;
 pub(crate) mod metered;
-mod row;
-mod seed;
+pub(crate) mod row;
+pub(crate) mod seed;
 
-pub use crate::key::{LeaseKey, row_key};
-pub(crate) use checkpoints::commit_again_once;
-pub use checkpoints::{CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange};
+pub use checkpoints::CheckpointStore;
+pub(crate) use checkpoints::{
+    Claim, Commit, FailingChange, KeyCommit, ReportedChange, commit_again_once,
+};
 #[cfg(feature = "dynamodb")]
-pub use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
-pub use layer::{Call, Layer, Layered, Next, Operation};
-pub use lease::{BoxFuture, FailingRecord, LeaseError, LeaseState, LeaseStore, MAX_ERROR_CHARS};
-pub use memory::MemoryLeaseStore;
-pub use row::Below;
+pub(crate) use checkpoints::{RowsTransacted, RowsTransaction, Transacted, Transaction};
+pub(crate) use layer::Layered;
+pub(crate) use lease::BoxFuture;
+pub use lease::{FailingRecord, LeaseError, LeaseState, LeaseStore};
+pub(crate) use row::Below;
 #[cfg(feature = "dynamodb")]
 pub(crate) use row::RowForm;
-pub use seed::{NoTransactions, SeedStore};
+pub use seed::SeedStore;
+
+/// Keeps [`CheckpointStore`] to the crate's own stores: its methods carry the engine's row
+/// forms, which change with the engine. A store of your own implements [`LeaseStore`].
+pub(crate) mod sealed {
+    /// Implemented by the crate's stores only.
+    pub trait Sealed {}
+}

@@ -161,14 +161,13 @@ impl LeaseState {
 /// KPL aggregate (`checkpoint` must name a record done whole; see [`LeaseState`]).
 ///
 /// ```
-/// use kinesis_checkpoint::store::Below;
+/// use kinesis_checkpoint::internal::Below;
 ///
 /// assert_eq!(Below::default(), Below::Keep);
 /// let before: Below = Below::Record("41".parse()?);
 /// # Ok::<(), kinesis_checkpoint::sequence::SequenceError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Below {
     /// Leave `checkpoint` as it is: it names a record done whole before the aggregate, or the
     /// shard has none yet.

@@ -45,7 +45,8 @@ const MOMENT: Duration = Duration::from_secs(10);
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::store::{CheckpointStore, Claim, Commit, FailingChange, SeedStore};
+/// use kinesis_checkpoint::store::{CheckpointStore, SeedStore};
+/// use kinesis_checkpoint::internal::{Claim, Commit, FailingChange};
 /// use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore, Position};
 /// use kinesis_checkpoint::store::{FailingRecord, LeaseStore};
 ///
@@ -135,6 +136,8 @@ impl<S: LeaseStore + ?Sized> SeedStore<S> {
         }
     }
 }
+
+impl<S: LeaseStore + ?Sized> crate::store::sealed::Sealed for SeedStore<S> {}
 
 impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
     fn acquire_and_read<'a>(
@@ -305,7 +308,7 @@ impl<S: LeaseStore + ?Sized> CheckpointStore for SeedStore<S> {
 /// cannot commit a record's writes with the checkpoint, so nothing is written.
 ///
 /// ```
-/// use kinesis_checkpoint::store::NoTransactions;
+/// use kinesis_checkpoint::internal::NoTransactions;
 ///
 /// let error = NoTransactions { row: "orders:shardId-000000000000".into() };
 /// assert!(error.to_string().contains("five methods"));

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::processor::CheckpointMode;
 use kinesis_checkpoint::{Outcome, Position, Processor, Record};
+use kinesis_checkpoint_testing::local::MemoryStream;
 use serde_json::{Value, json};
 
 use super::context;

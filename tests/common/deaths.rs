@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use kinesis_checkpoint::BoxFuture;
 use kinesis_checkpoint::effects::Write;
-use kinesis_checkpoint::store::{Call, Layer, LeaseError, Next, Operation};
+use kinesis_checkpoint::internal::{Call, Layer, Next, Operation};
+use kinesis_checkpoint::store::LeaseError;
 
 /// Where an invocation dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

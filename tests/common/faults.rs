@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
-use kinesis_checkpoint::store::{CheckpointStore, KeyCommit, LeaseError, LeaseStore};
+use kinesis_checkpoint::internal::KeyCommit;
+use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError, LeaseStore};
 use kinesis_checkpoint::{BoxFuture, LeaseKey};
 
 /// The error a throttled request gets from the service, `suffix` saying which fault refused it.
@@ -229,7 +230,7 @@ pub struct Chaos<S> {
     /// The store a lease is stolen through.
     store: Arc<S>,
     levels: ChaosLevels,
-    rng: std::sync::Mutex<kinesis_checkpoint::local::Rng>,
+    rng: std::sync::Mutex<kinesis_checkpoint_testing::local::Rng>,
     /// Faults injected so far: throttled, lost answers, slow calls, steals.
     pub injected: std::sync::Mutex<[u64; 4]>,
     /// Where every claim and write is noted, with its answer, when set.
@@ -242,7 +243,7 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
         Self {
             store: inner,
             levels,
-            rng: std::sync::Mutex::new(kinesis_checkpoint::local::Rng::new(seed)),
+            rng: std::sync::Mutex::new(kinesis_checkpoint_testing::local::Rng::new(seed)),
             injected: std::sync::Mutex::new([0; 4]),
             trace: None,
         }

@@ -141,8 +141,9 @@ pub fn reported(response: &aws_lambda_events::event::streams::KinesisEventRespon
 /// the lease, and changes nothing else in the row.
 pub fn checkpoint_at(
     position: Option<&kinesis_checkpoint::Position>,
-) -> kinesis_checkpoint::store::Commit {
-    let mut commit = kinesis_checkpoint::store::Commit::default();
-    commit.checkpoint = position.cloned();
-    commit
+) -> kinesis_checkpoint::internal::Commit {
+    kinesis_checkpoint::internal::Commit {
+        checkpoint: position.cloned(),
+        ..Default::default()
+    }
 }

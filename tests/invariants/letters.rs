@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterError};
 use kinesis_checkpoint::dead_letter::{
-    MemoryQueue, Message, MessageQueue, Received, redrive_queue, send_letter,
+    Message, MessageQueue, Received, redrive_queue, send_letter,
 };
-use kinesis_checkpoint::local::{MemoryStream, Rng};
 use kinesis_checkpoint::{BoxFuture, DeadLetterSink, Outcome, Record};
+use kinesis_checkpoint_testing::MemoryQueue;
+use kinesis_checkpoint_testing::local::{MemoryStream, Rng};
 
 use super::Shared;
 

@@ -10,7 +10,7 @@ use kinesis_checkpoint::BoxFuture;
 use kinesis_checkpoint::Record;
 use kinesis_checkpoint::gap::{RangeRead, ReadBudget, SkippedRange};
 use kinesis_checkpoint::gate::{ShardInfo, Topology, TopologyError};
-use kinesis_checkpoint::local::MemoryStream;
+use kinesis_checkpoint_testing::local::MemoryStream;
 
 /// The memory stream, reading at most `cap` records of a range at a time.
 pub struct Capped {

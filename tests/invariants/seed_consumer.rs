@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kinesis_checkpoint::local::MemoryStream;
 use kinesis_checkpoint::sequence::SHARD_END;
 use kinesis_checkpoint::store::LeaseStore;
 use kinesis_checkpoint::{LeaseKey, SequenceNumber};
+use kinesis_checkpoint_testing::local::MemoryStream;
 
 use super::{Fault, Shared};
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_checkpoint::BoxFuture;
-use kinesis_checkpoint::store::{Call, Layer, Layered, Next, Operation};
+use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
 use kinesis_checkpoint::store::{CheckpointStore, LeaseError};
 
 /// `inner`, with every lease TTL shifted by the invocation's clock offset.

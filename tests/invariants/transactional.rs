@@ -40,19 +40,19 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use base64::Engine as _;
-use kinesis_checkpoint::clock::{Clock, TokioClock};
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+use kinesis_checkpoint::clock::Clock;
 use kinesis_checkpoint::effects::{ItemId, Write, Writes};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::{
-    EventSource, Function, InvocationError, MemoryStream, Rng, Shards,
-};
+use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
 use kinesis_checkpoint::processor::Effect;
-use kinesis_checkpoint::store::{
-    Call, CheckpointStore, Layer, Layered, LeaseError, Next, Operation,
-};
+use kinesis_checkpoint::store::{CheckpointStore, LeaseError};
 use kinesis_checkpoint::{
     BoxFuture, DeadLetterSink, MemoryLeaseStore, Mode, Outcome, Processor, Record,
+};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
+use kinesis_checkpoint_testing::TokioClock;
+use kinesis_checkpoint_testing::local::{
+    EventSource, Function, InvocationError, MemoryStream, Rng, Shards,
 };
 use tokio::sync::Notify;
 

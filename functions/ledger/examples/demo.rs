@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
-use kinesis_checkpoint::local::{
-    Delivery, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
-};
 use kinesis_checkpoint::report::{Disposition, ShardReport, StopReason};
 use kinesis_checkpoint::{BoxFuture, Handler, MemoryLeaseStore, Processor};
+use kinesis_checkpoint_testing::MemoryDeadLetters;
+use kinesis_checkpoint_testing::local::{
+    Delivery, EventSource, Function, InvocationError, Mapping, MemoryStream, Rng,
+};
 use ledger::{MemoryBook, Order};
 
 /// What the processor did, summed over every invocation.

@@ -206,7 +206,7 @@ mod tests {
         let shard = LeaseKey::new("orders", "shardId-000000000000");
         let row = kinesis_checkpoint::store::CheckpointStore::read(
             store.as_ref(),
-            &kinesis_checkpoint::store::row_key(&shard, "A-1"),
+            &kinesis_checkpoint::internal::row_key(&shard, "A-1"),
         )
         .await
         .unwrap();

@@ -278,7 +278,7 @@ async fn the_ledger_function_applies_every_order_once_under_lambda_delivery() {
 /// their parent is finished.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_local_event_source_drives_the_function_binary_over_a_resharded_stream() {
-    use kinesis_checkpoint::local::{EventSource, KinesisStream, Mapping, RuntimeApi};
+    use kinesis_checkpoint_testing::local::{EventSource, KinesisStream, Mapping, RuntimeApi};
 
     let moto = Moto::shared();
     let config = moto.sdk_config(3).await;

@@ -20,6 +20,8 @@ use crate::store::{
     ReportedChange,
 };
 
+impl crate::store::sealed::Sealed for DynamoLeaseStore {}
+
 impl CheckpointStore for DynamoLeaseStore {
     fn acquire_and_read<'a>(
         &'a self,

@@ -9,7 +9,7 @@ use crate::store::checkpoints::{Commit, KeyCommit};
 /// Which operation a [`Call`] is: a method of [`CheckpointStore`](crate::store::CheckpointStore) or of [`LeaseStore`](crate::store::LeaseStore).
 ///
 /// ```
-/// use kinesis_checkpoint::store::Operation;
+/// use kinesis_checkpoint::internal::Operation;
 ///
 /// assert!(Operation::Commit.writes());
 /// assert!(!Operation::ReadRows.writes());
@@ -48,7 +48,7 @@ impl Operation {
     /// Whether the operation writes a row (every one but the reads).
     ///
     /// ```
-    /// # use kinesis_checkpoint::store::Operation;
+    /// # use kinesis_checkpoint::internal::Operation;
     /// assert!(Operation::Commit.writes());
     /// assert!(!Operation::Read.writes());
     /// ```
@@ -58,7 +58,7 @@ impl Operation {
     }
 }
 
-/// One call on its way through a [`Layer`](crate::store::Layer): the operation and what it carries.
+/// One call on its way through a [`Layer`](super::Layer): the operation and what it carries.
 ///
 /// Its accessors answer `None` (or an empty list) for what the operation does not carry.
 ///
@@ -67,7 +67,8 @@ impl Operation {
 /// use std::sync::Mutex;
 /// use std::time::Duration;
 ///
-/// use kinesis_checkpoint::store::{Call, CheckpointStore, Layer, Layered, Next, Operation};
+/// use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
+/// use kinesis_checkpoint::store::CheckpointStore;
 /// use kinesis_checkpoint::{BoxFuture, LeaseKey, MemoryLeaseStore};
 /// use kinesis_checkpoint::store::LeaseError;
 ///

@@ -42,7 +42,8 @@ pub use call::{Call, Operation};
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 ///
-/// use kinesis_checkpoint::store::{Call, CheckpointStore, Layer, Layered, Next, Operation};
+/// use kinesis_checkpoint::internal::{Call, Layer, Layered, Next, Operation};
+/// use kinesis_checkpoint::store::CheckpointStore;
 /// use kinesis_checkpoint::{BoxFuture, LeaseKey, MemoryLeaseStore, Position};
 /// use kinesis_checkpoint::store::LeaseError;
 ///
@@ -127,7 +128,7 @@ impl<S: ?Sized, L: Layer> Layered<S, L> {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::store::{Call, Layer, Layered, Next};
+    /// # use kinesis_checkpoint::internal::{Call, Layer, Layered, Next};
     /// # use kinesis_checkpoint::{BoxFuture, MemoryLeaseStore, Outcome, Processor, Record};
     /// # use kinesis_checkpoint::store::LeaseError;
     /// struct Nothing;
@@ -170,6 +171,8 @@ impl<S: ?Sized, L: Layer> Layered<S, L> {
         self.layer.around(Call { args }, Next::new(send))
     }
 }
+
+impl<S: CheckpointStore + ?Sized, L: Layer> crate::store::sealed::Sealed for Layered<S, L> {}
 
 impl<S: CheckpointStore + ?Sized, L: Layer> CheckpointStore for Layered<S, L> {
     fn acquire_and_read<'a>(

@@ -1,48 +1,6 @@
-use std::sync::Mutex;
-
 use super::call::Args;
 use super::*;
-use crate::store::{MemoryLeaseStore, every_field};
-
-/// Passes every call on, noting what it saw.
-#[derive(Default)]
-struct Noting(Mutex<Vec<String>>);
-
-impl Layer for Noting {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
-        &'a self,
-        call: Call<'a>,
-        next: Next<'a, T>,
-    ) -> BoxFuture<'a, Result<T, LeaseError>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(format!("{:?} {:?}", call.operation(), call.keys()));
-        next.run(call)
-    }
-}
-
-#[tokio::test]
-async fn a_layered_store_hands_every_field_of_every_write_to_the_inner_store() {
-    let memory = Arc::new(MemoryLeaseStore::new());
-    let store = Layered::new(memory.clone(), Noting::default());
-    every_field::reach(&store, &memory).await;
-    let seen = store.layer().0.lock().expect("notes").clone();
-    for operation in [
-        "AcquireAndRead",
-        "Renew",
-        "Commit",
-        "Read",
-        "Finish",
-        "CommitRows",
-        "ReadRows",
-    ] {
-        assert!(
-            seen.iter().any(|line| line.starts_with(operation)),
-            "{operation} went through the layer: {seen:?}"
-        );
-    }
-}
+use crate::store::memory::MemoryLeaseStore;
 
 /// Doubles every lease's ttl.
 struct Doubling;

@@ -11,7 +11,7 @@
 //! | `KinesisStream` | a Kinesis endpoint, such as `kinesis-local` (feature `kinesis`) |
 //! | [`Mapping`] | the mapping's settings, and the chances of its misbehaviour |
 //! | [`EventSource`] | the mapping itself: batches, retries, bisection, discards |
-//! | [`Function`] | what it invokes: a [`Processor`](crate::Processor), or [`RuntimeApi`] for a function binary under `cargo lambda watch` |
+//! | [`Function`] | what it invokes: a [`Processor`](kinesis_checkpoint::Processor), or [`RuntimeApi`] for a function binary under `cargo lambda watch` |
 //! | [`Rng`] | the seeded chances, so a run replays |
 //!
 //! # Testing your own handler
@@ -25,7 +25,7 @@
 //! use std::sync::{Arc, Mutex};
 //!
 //! use kinesis_checkpoint::gate::Gate;
-//! use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+//! use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
 //! use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -70,7 +70,6 @@
 mod delivery;
 mod function;
 mod invoke;
-#[cfg(feature = "kinesis")]
 mod kinesis;
 mod mapping;
 mod progress;
@@ -80,7 +79,6 @@ mod stream;
 
 pub use delivery::{Delivery, DeliveryOutcome, DiscardReason, Discarded, RunReport, SourceError};
 pub use function::{Function, InvocationError, RuntimeApi};
-#[cfg(feature = "kinesis")]
 pub use kinesis::KinesisStream;
 pub use mapping::Mapping;
 pub use rng::Rng;

@@ -1,5 +1,5 @@
 //! The writes every layered store must hand to its inner store unchanged, checked field by
-//! field (feature `testing`).
+//! field.
 //!
 //! A layer that rebuilds a write and forgets a field (the failing record, the records done
 //! above the checkpoint, the parents, the reported record, keeping the lease) loses it silently: nothing
@@ -10,14 +10,12 @@
 
 use std::time::Duration;
 
-use crate::key::LeaseKey;
-use crate::sequence::{Position, SHARD_END};
-use crate::store::checkpoints::{
-    CheckpointStore, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
+use kinesis_checkpoint::internal::{
+    Below, Claim, Commit, FailingChange, KeyCommit, ReportedChange,
 };
-use crate::store::lease::FailingRecord;
-use crate::store::memory::MemoryLeaseStore;
-use crate::store::row::Below;
+use kinesis_checkpoint::sequence::{Position, SHARD_END};
+use kinesis_checkpoint::store::{CheckpointStore, FailingRecord};
+use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
 
 fn at(sequence: &str) -> Position {
     Position::record(sequence.parse().expect("a sequence number"))
@@ -31,7 +29,7 @@ fn at(sequence: &str) -> Position {
 /// use std::sync::Arc;
 ///
 /// use kinesis_checkpoint::MemoryLeaseStore;
-/// use kinesis_checkpoint::store::every_field;
+/// use kinesis_checkpoint_testing::every_field;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let inner = Arc::new(MemoryLeaseStore::new());
@@ -43,9 +41,7 @@ pub async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     claim_and_commit(store, inner).await;
     finish(store, inner).await;
     rows(store, inner).await;
-    #[cfg(feature = "dynamodb")]
     transaction(store, inner).await;
-    #[cfg(feature = "dynamodb")]
     rows_transaction(store, inner).await;
     assert_eq!(store.requests(), inner.requests());
 }
@@ -202,11 +198,10 @@ async fn rows(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
 }
 
 /// A transaction: its commit with every field and the release, its write, its token.
-#[cfg(feature = "dynamodb")]
 async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
-    use crate::effects::{ItemId, Write};
-    use crate::store::{Transacted, Transaction};
     use aws_sdk_dynamodb::types::{AttributeValue, Update};
+    use kinesis_checkpoint::effects::{ItemId, Write};
+    use kinesis_checkpoint::internal::{Transacted, Transaction};
 
     const TTL: Duration = Duration::from_mins(1);
     let key = LeaseKey::new("orders", "shardId-000000000004");
@@ -268,11 +263,10 @@ async fn transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
 
 /// A partition-key transaction: a key's row with every field, a write, the token; a stale
 /// counter fenced with nothing landed.
-#[cfg(feature = "dynamodb")]
 async fn rows_transaction(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
-    use crate::effects::{ItemId, Write};
-    use crate::store::{RowsTransacted, RowsTransaction};
     use aws_sdk_dynamodb::types::{AttributeValue, Update};
+    use kinesis_checkpoint::effects::{ItemId, Write};
+    use kinesis_checkpoint::internal::{RowsTransacted, RowsTransaction};
 
     let row = LeaseKey::new("orders", "shardId-000000000005:k1");
     let failing = FailingRecord::first(&at("1102"), "busy", 7);

@@ -5,7 +5,7 @@
 /// A small, fast generator (`SplitMix64`): reproducible from its seed, not for cryptography.
 ///
 /// ```
-/// use kinesis_checkpoint::local::Rng;
+/// use kinesis_checkpoint_testing::local::Rng;
 ///
 /// let mut a = Rng::new(7);
 /// let mut b = Rng::new(7);
@@ -18,7 +18,7 @@ impl Rng {
     /// A generator that starts from `seed`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Rng;
+    /// # use kinesis_checkpoint_testing::local::Rng;
     /// let _ = Rng::new(42);
     /// ```
     #[must_use]
@@ -29,7 +29,7 @@ impl Rng {
     /// The next 64 random bits.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Rng;
+    /// # use kinesis_checkpoint_testing::local::Rng;
     /// let mut rng = Rng::new(1);
     /// assert_ne!(rng.next_u64(), rng.next_u64());
     /// ```
@@ -44,7 +44,7 @@ impl Rng {
     /// A number in `0..n` (0 when `n` is 0).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Rng;
+    /// # use kinesis_checkpoint_testing::local::Rng;
     /// let mut rng = Rng::new(1);
     /// assert!(rng.below(10) < 10);
     /// ```
@@ -55,7 +55,7 @@ impl Rng {
     /// A number in `range` (its start when it is empty).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Rng;
+    /// # use kinesis_checkpoint_testing::local::Rng;
     /// let mut rng = Rng::new(1);
     /// assert!((5..8).contains(&rng.within(5..8)));
     /// ```
@@ -66,7 +66,7 @@ impl Rng {
     /// True with probability `p` (never when `p <= 0`, always when `p >= 1`).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Rng;
+    /// # use kinesis_checkpoint_testing::local::Rng;
     /// let mut rng = Rng::new(1);
     /// assert!(!rng.chance(0.0));
     /// assert!(rng.chance(1.0));

@@ -38,15 +38,15 @@ use super::mapping::Mapping;
 use super::progress::{Lane, ShardProgress, apply, earliest_retry, next_batches};
 use super::rng::Rng;
 use super::stream::Shards;
-use crate::clock::{self, Clock};
-use crate::gate::{ShardInfo, StartingPosition};
+use kinesis_checkpoint::clock::{self, Clock};
+use kinesis_checkpoint::gate::{ShardInfo, StartingPosition};
 
 /// Lambda's event source mapping, run locally over a stream.
 ///
 /// ```
 /// use std::sync::Arc;
 /// use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-/// use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+/// use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -83,7 +83,7 @@ impl<S: Shards> EventSource<S> {
     /// An event source over `stream`, configured as `mapping`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+    /// # use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
     /// let _source = EventSource::new(MemoryStream::new("orders", 1), Mapping::default());
     /// ```
     #[must_use]
@@ -95,14 +95,14 @@ impl<S: Shards> EventSource<S> {
         }
     }
 
-    /// Waits on `clock` (default [`SystemClock`](crate::clock::SystemClock)): back-offs, the
+    /// Waits on `clock` (default [`SystemClock`](kinesis_checkpoint::clock::SystemClock)): back-offs, the
     /// function's time-out and the deadline each invocation is given. On a virtual clock (the
     /// one the stream, the store and the processor run on), a run takes no real time for its
     /// waits and replays exactly.
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+    /// # use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
     /// use kinesis_checkpoint::clock::SystemClock;
     ///
     /// let _source = EventSource::new(MemoryStream::new("orders", 1), Mapping::default())
@@ -124,7 +124,7 @@ impl<S: Shards> EventSource<S> {
     /// ```
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// # use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+    /// # use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let stream = MemoryStream::new("orders", 1);
@@ -149,7 +149,7 @@ impl<S: Shards> EventSource<S> {
     /// ```
     /// # use std::sync::Arc;
     /// # use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-    /// # use kinesis_checkpoint::local::{EventSource, Mapping, MemoryStream};
+    /// # use kinesis_checkpoint_testing::local::{EventSource, Mapping, MemoryStream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let stream = MemoryStream::new("orders", 1);

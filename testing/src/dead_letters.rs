@@ -1,4 +1,4 @@
-//! Test doubles (feature `testing`): dead letters kept in memory.
+//! Dead letters kept in memory.
 //!
 //! [`MemoryDeadLetters`] keeps whole letters, for tests that look at what was dead-lettered.
 //! [`MemoryQueue`] (also feature `sqs`) applies SQS's rules (the size of body and attributes
@@ -6,25 +6,21 @@
 //! timeout): a message it takes is one SQS would take, which is what lets a simulation without
 //! SQS find a dead letter SQS refuses.
 
-#[cfg(feature = "sqs")]
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
-#[cfg(feature = "sqs")]
 use std::time::Duration;
 
-#[cfg(feature = "sqs")]
-use super::message::{Message, is_sqs_text};
-#[cfg(feature = "sqs")]
-use super::queue::{MessageQueue, Received, send_letter};
-use super::{DeadLetter, DeadLetterError, DeadLetterSink};
-#[cfg(feature = "sqs")]
-use crate::clock::Clock;
-use crate::store::BoxFuture;
+use kinesis_checkpoint::BoxFuture;
+use kinesis_checkpoint::clock::Clock;
+use kinesis_checkpoint::dead_letter::{
+    DeadLetter, DeadLetterError, DeadLetterSink, Message, MessageQueue, Received, is_sqs_text,
+    send_letter,
+};
 
 /// Dead letters in memory: for tests and the demo.
 ///
 /// ```
-/// use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+/// use kinesis_checkpoint_testing::MemoryDeadLetters;
 ///
 /// let letters = MemoryDeadLetters::new();
 /// assert!(letters.letters().is_empty());
@@ -38,7 +34,7 @@ impl MemoryDeadLetters {
     /// An empty sink.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+    /// # use kinesis_checkpoint_testing::MemoryDeadLetters;
     /// let letters = MemoryDeadLetters::new();
     /// ```
     #[must_use]
@@ -49,7 +45,7 @@ impl MemoryDeadLetters {
     /// Every letter received, in order.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryDeadLetters;
+    /// # use kinesis_checkpoint_testing::MemoryDeadLetters;
     /// assert_eq!(MemoryDeadLetters::new().letters().len(), 0);
     /// ```
     #[must_use]
@@ -74,7 +70,6 @@ impl DeadLetterSink for MemoryDeadLetters {
 }
 
 /// A message [`MemoryQueue`] refused, for the reason SQS would.
-#[cfg(feature = "sqs")]
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the queue refused the message: {0}")]
 pub struct QueueRefused(String);
@@ -82,7 +77,8 @@ pub struct QueueRefused(String);
 /// A queue in memory that takes only what SQS takes: for tests and simulations.
 ///
 /// ```
-/// use kinesis_checkpoint::dead_letter::{MemoryQueue, Message, MessageQueue};
+/// use kinesis_checkpoint_testing::MemoryQueue;
+/// use kinesis_checkpoint::dead_letter::{Message, MessageQueue};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let queue = MemoryQueue::new(262_144);
@@ -90,7 +86,6 @@ pub struct QueueRefused(String);
 /// assert!(queue.send_message(&bad).await.is_err(), "SQS refuses U+FFFF");
 /// # });
 /// ```
-#[cfg(feature = "sqs")]
 #[derive(Debug)]
 pub struct MemoryQueue {
     max_message_bytes: usize,
@@ -99,14 +94,12 @@ pub struct MemoryQueue {
     clock: Arc<dyn Clock>,
 }
 
-#[cfg(feature = "sqs")]
 #[derive(Debug, Default)]
 struct State {
     next: u64,
     messages: Vec<Stored>,
 }
 
-#[cfg(feature = "sqs")]
 #[derive(Debug)]
 struct Stored {
     id: String,
@@ -116,12 +109,11 @@ struct Stored {
     hidden_until: Option<u64>,
 }
 
-#[cfg(feature = "sqs")]
 impl MemoryQueue {
     /// An empty queue whose `MaximumMessageSize` is `max_message_bytes`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// # use kinesis_checkpoint_testing::MemoryQueue;
     /// assert!(MemoryQueue::new(262_144).is_empty());
     /// ```
     #[must_use]
@@ -129,16 +121,16 @@ impl MemoryQueue {
         Self {
             max_message_bytes,
             state: Mutex::default(),
-            clock: crate::clock::system(),
+            clock: kinesis_checkpoint::clock::system(),
         }
     }
 
     /// Runs visibility time-outs on `clock` (default
-    /// [`SystemClock`](crate::clock::SystemClock)).
+    /// [`SystemClock`](kinesis_checkpoint::clock::SystemClock)).
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// # use kinesis_checkpoint_testing::MemoryQueue;
     /// use kinesis_checkpoint::clock::SystemClock;
     ///
     /// assert!(MemoryQueue::new(262_144).clock(Arc::new(SystemClock)).is_empty());
@@ -152,7 +144,7 @@ impl MemoryQueue {
     /// Every message in the queue (hidden ones too), in the order sent.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// # use kinesis_checkpoint_testing::MemoryQueue;
     /// assert!(MemoryQueue::new(262_144).messages().is_empty());
     /// ```
     #[must_use]
@@ -167,7 +159,7 @@ impl MemoryQueue {
     /// How many messages the queue holds.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// # use kinesis_checkpoint_testing::MemoryQueue;
     /// assert_eq!(MemoryQueue::new(262_144).len(), 0);
     /// ```
     #[must_use]
@@ -178,7 +170,7 @@ impl MemoryQueue {
     /// Whether the queue holds no message.
     ///
     /// ```
-    /// # use kinesis_checkpoint::dead_letter::MemoryQueue;
+    /// # use kinesis_checkpoint_testing::MemoryQueue;
     /// assert!(MemoryQueue::new(262_144).is_empty());
     /// ```
     #[must_use]
@@ -234,7 +226,6 @@ impl MemoryQueue {
     }
 }
 
-#[cfg(feature = "sqs")]
 impl MessageQueue for MemoryQueue {
     fn max_message_bytes(&self) -> usize {
         self.max_message_bytes
@@ -310,7 +301,6 @@ impl MessageQueue for MemoryQueue {
     }
 }
 
-#[cfg(feature = "sqs")]
 impl DeadLetterSink for MemoryQueue {
     fn send<'a>(&'a self, letter: &'a DeadLetter) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(send_letter(self, letter))

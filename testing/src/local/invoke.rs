@@ -16,7 +16,7 @@ use super::delivery::RunReport;
 use super::function::{Function, InvocationError};
 use super::progress::{Batch, ShardProgress};
 use super::stream::{Shards, StreamRecord};
-use crate::clock::Clock;
+use kinesis_checkpoint::clock::Clock;
 
 /// Invokes every batch at once, each with `timeout` on `clock`, and waits for all the answers.
 pub(super) async fn deliver<S: Shards>(

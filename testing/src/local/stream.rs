@@ -12,12 +12,12 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::clock::Clock;
-use crate::gap::{RangeRead, ReadBudget, SkippedRange};
-use crate::gate::{ShardInfo, Topology, TopologyError};
-use crate::key::LeaseKey;
-use crate::record::Record;
-use crate::store::BoxFuture;
+use kinesis_checkpoint::BoxFuture;
+use kinesis_checkpoint::LeaseKey;
+use kinesis_checkpoint::Record;
+use kinesis_checkpoint::clock::Clock;
+use kinesis_checkpoint::gap::{RangeRead, ReadBudget, SkippedRange};
+use kinesis_checkpoint::gate::{ShardInfo, Topology, TopologyError};
 
 /// One record of a stream, as the event source reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,10 +48,10 @@ pub type StreamError = Box<dyn std::error::Error + Send + Sync>;
 /// (`KinesisStream`, feature `kinesis`).
 ///
 /// ```
-/// use kinesis_checkpoint::local::{MemoryStream, Shards};
+/// use kinesis_checkpoint_testing::local::{MemoryStream, Shards};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_checkpoint::local::StreamError> {
+/// # async fn main() -> Result<(), kinesis_checkpoint_testing::local::StreamError> {
 /// let stream = MemoryStream::new("orders", 1);
 /// stream.put("customer-1", "hello");
 /// let read = stream.read("shardId-000000000000", None, 10).await?;
@@ -96,10 +96,10 @@ const EPOCH_MILLIS: u64 = 1_767_225_600_000;
 /// 56 digits, increasing across the stream. Cloning shares the stream.
 ///
 /// It is also a [`Topology`], so the processor's gate can read it, and recover the records a
-/// mapping discarded (see [`gap`](crate::gap)).
+/// mapping discarded (see [`gap`](kinesis_checkpoint::gap)).
 ///
 /// ```
-/// use kinesis_checkpoint::local::MemoryStream;
+/// use kinesis_checkpoint_testing::local::MemoryStream;
 ///
 /// let stream = MemoryStream::new("orders", 2);
 /// stream.put("customer-1", r#"{"order_id":"o-1"}"#);
@@ -138,7 +138,7 @@ impl MemoryStream {
     /// A stream of `shards` open shards dividing the hash key space evenly.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// assert_eq!(MemoryStream::new("orders", 3).shard_ids().len(), 3);
     /// ```
     #[must_use]
@@ -177,7 +177,7 @@ impl MemoryStream {
     /// ```
     /// # use std::sync::Arc;
     /// use kinesis_checkpoint::clock::{Clock, SystemClock};
-    /// use kinesis_checkpoint::local::{MemoryStream, Shards};
+    /// use kinesis_checkpoint_testing::local::{MemoryStream, Shards};
     ///
     /// let stream = MemoryStream::new("orders", 1).clock(Arc::new(SystemClock));
     /// assert!(stream.now_millis() >= SystemClock.now_millis() - 1_000);
@@ -196,7 +196,7 @@ impl MemoryStream {
     /// `partition_key`. Returns its sequence number.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 1);
     /// let first = stream.put("k", "a");
     /// let second = stream.put("k", "b");
@@ -231,7 +231,7 @@ impl MemoryStream {
     /// The shard a record written with `partition_key` lands in now.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 1);
     /// assert_eq!(stream.shard_of("k"), "shardId-000000000000");
     /// ```
@@ -254,7 +254,7 @@ impl MemoryStream {
     /// When `shard` is unknown or closed, as Kinesis refuses it.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 1);
     /// let (left, _right) = stream.split("shardId-000000000000");
     /// assert_eq!(stream.parents(&left), ["shardId-000000000000"]);
@@ -305,7 +305,7 @@ impl MemoryStream {
     /// When either shard is unknown or closed, or their ranges are not adjacent.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 2);
     /// let child = stream.merge("shardId-000000000000", "shardId-000000000001");
     /// assert_eq!(stream.parents(&child).len(), 2);
@@ -352,7 +352,7 @@ impl MemoryStream {
     /// Every shard id, in creation order.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// assert_eq!(MemoryStream::new("orders", 1).shard_ids(), ["shardId-000000000000"]);
     /// ```
     #[must_use]
@@ -363,7 +363,7 @@ impl MemoryStream {
     /// The parents of `shard` (none for an original shard or an unknown one).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// assert!(MemoryStream::new("orders", 1).parents("shardId-000000000000").is_empty());
     /// ```
     #[must_use]
@@ -374,7 +374,7 @@ impl MemoryStream {
     /// Every record of `shard`, oldest first.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 1);
     /// stream.put("k", "a");
     /// assert_eq!(stream.records("shardId-000000000000").len(), 1);
@@ -397,7 +397,7 @@ impl MemoryStream {
     /// How many records the stream holds, in all shards.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// let stream = MemoryStream::new("orders", 2);
     /// stream.put("a", "1");
     /// stream.put("b", "2");
@@ -411,7 +411,7 @@ impl MemoryStream {
     /// Whether the stream holds no record.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::MemoryStream;
+    /// # use kinesis_checkpoint_testing::local::MemoryStream;
     /// assert!(MemoryStream::new("orders", 1).is_empty());
     /// ```
     #[must_use]

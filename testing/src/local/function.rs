@@ -9,9 +9,9 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use lambda_runtime::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::handler::Handler;
-use crate::processor::{CheckpointMode, Processor};
-use crate::store::BoxFuture;
+use kinesis_checkpoint::BoxFuture;
+use kinesis_checkpoint::Handler;
+use kinesis_checkpoint::processor::{CheckpointMode, Processor};
 
 /// Why an invocation did not answer with a response: to the event source, all mean that the
 /// whole batch failed.
@@ -39,7 +39,7 @@ pub enum InvocationError {
 /// ```
 /// use std::sync::Arc;
 /// use kinesis_checkpoint::{MemoryLeaseStore, Outcome, Processor, Record};
-/// use kinesis_checkpoint::local::Function;
+/// use kinesis_checkpoint_testing::local::Function;
 ///
 /// let processor = Processor::new(Arc::new(MemoryLeaseStore::new()), |_: Record| async { Outcome::ack() });
 /// let _function: Arc<dyn Function> = Arc::new(processor);
@@ -71,7 +71,7 @@ impl<H: Handler, M: CheckpointMode> Function for Processor<H, M> {
 /// 127.0.0.1: `POST {endpoint}/2015-03-31/functions/{name}/invocations`.
 ///
 /// ```
-/// use kinesis_checkpoint::local::RuntimeApi;
+/// use kinesis_checkpoint_testing::local::RuntimeApi;
 ///
 /// let function = RuntimeApi::new("http://127.0.0.1:9000", "ledger");
 /// assert_eq!(function.url(), "http://127.0.0.1:9000/2015-03-31/functions/ledger/invocations");
@@ -86,7 +86,7 @@ impl RuntimeApi {
     /// The function `name` served at `endpoint` (`http://host:port`).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::RuntimeApi;
+    /// # use kinesis_checkpoint_testing::local::RuntimeApi;
     /// let _ = RuntimeApi::new("http://127.0.0.1:9000/", "_");
     /// ```
     #[must_use]
@@ -101,7 +101,7 @@ impl RuntimeApi {
     /// Where invocations are posted.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::RuntimeApi;
+    /// # use kinesis_checkpoint_testing::local::RuntimeApi;
     /// assert!(RuntimeApi::new("http://127.0.0.1:9000", "_").url().ends_with("/functions/_/invocations"));
     /// ```
     #[must_use]

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::gate::StartingPosition;
+use kinesis_checkpoint::gate::StartingPosition;
 
 /// How a local event source delivers a stream, as an event source mapping is configured.
 ///
@@ -16,7 +16,7 @@ use crate::gate::StartingPosition;
 ///
 /// ```
 /// use std::time::Duration;
-/// use kinesis_checkpoint::local::Mapping;
+/// use kinesis_checkpoint_testing::local::Mapping;
 ///
 /// let mapping = Mapping::default()
 ///     .batch_size(10)
@@ -89,7 +89,7 @@ impl Mapping {
     /// Sets `BatchSize` (at least 1).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().batch_size(0).batch_size, 1);
     /// ```
     #[must_use]
@@ -103,7 +103,7 @@ impl Mapping {
     /// on one lane. AWS does not say how Lambda hashes; this is the local mapping's.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().parallelization_factor(4);
     /// assert!(mapping.lane_of("customer-7") < 4);
     /// assert_eq!(Mapping::default().lane_of("customer-7"), 0);
@@ -116,7 +116,7 @@ impl Mapping {
     /// Sets `ParallelizationFactor` (1 to 10).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().parallelization_factor(20).parallelization_factor, 10);
     /// ```
     #[must_use]
@@ -128,7 +128,7 @@ impl Mapping {
     /// Sets `BisectBatchOnFunctionError`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert!(Mapping::default().bisect_batch_on_function_error(true).bisect_batch_on_function_error);
     /// ```
     #[must_use]
@@ -140,7 +140,7 @@ impl Mapping {
     /// Sets `MaximumRetryAttempts` (`None` for -1).
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().maximum_retry_attempts(Some(0)).maximum_retry_attempts, Some(0));
     /// ```
     #[must_use]
@@ -153,7 +153,7 @@ impl Mapping {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().maximum_record_age(Some(Duration::from_secs(60)));
     /// assert_eq!(mapping.maximum_record_age, Some(Duration::from_secs(60)));
     /// ```
@@ -166,7 +166,7 @@ impl Mapping {
     /// Turns `ReportBatchItemFailures` on or off.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert!(!Mapping::default().report_batch_item_failures(false).report_batch_item_failures);
     /// ```
     #[must_use]
@@ -178,7 +178,8 @@ impl Mapping {
     /// Sets `StartingPosition`.
     ///
     /// ```
-    /// # use kinesis_checkpoint::{gate::StartingPosition, local::Mapping};
+    /// # use kinesis_checkpoint::gate::StartingPosition;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().starting_position(StartingPosition::Latest);
     /// assert_eq!(mapping.starting_position, StartingPosition::Latest);
     /// ```
@@ -192,7 +193,7 @@ impl Mapping {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().function_timeout(Duration::from_secs(3));
     /// assert_eq!(mapping.function_timeout, Duration::from_secs(3));
     /// ```
@@ -205,7 +206,7 @@ impl Mapping {
     /// Sets the chance that a done batch is delivered again.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().duplicate_deliveries(0.5).duplicate_deliveries, 0.5);
     /// ```
     #[must_use]
@@ -217,7 +218,7 @@ impl Mapping {
     /// Sets the chance that a batch goes to two invocations at once.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().concurrent_deliveries(0.5).concurrent_deliveries, 0.5);
     /// ```
     #[must_use]
@@ -229,7 +230,7 @@ impl Mapping {
     /// Sets the chance that a child shard is delivered before its parents are finished.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().children_before_parents(1.0).children_before_parents, 1.0);
     /// ```
     #[must_use]
@@ -242,7 +243,7 @@ impl Mapping {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().round_time(Duration::from_secs(1));
     /// assert_eq!(mapping.round_time, Duration::from_secs(1));
     /// ```
@@ -256,7 +257,7 @@ impl Mapping {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// let mapping = Mapping::default().maximum_backoff(Duration::from_millis(5));
     /// assert_eq!(mapping.maximum_backoff, Duration::from_millis(5));
     /// ```
@@ -269,7 +270,7 @@ impl Mapping {
     /// Sets how many deliveries a run may make before it gives up.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().maximum_deliveries(10).maximum_deliveries, 10);
     /// ```
     #[must_use]
@@ -281,7 +282,7 @@ impl Mapping {
     /// Sets the seed of the run's chances.
     ///
     /// ```
-    /// # use kinesis_checkpoint::local::Mapping;
+    /// # use kinesis_checkpoint_testing::local::Mapping;
     /// assert_eq!(Mapping::default().seed(3).seed, 3);
     /// ```
     #[must_use]

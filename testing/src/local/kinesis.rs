@@ -7,15 +7,15 @@ use aws_sdk_kinesis::error::ProvideErrorMetadata;
 use aws_sdk_kinesis::types::ShardIteratorType;
 
 use super::stream::{ShardRead, Shards, StreamError, StreamRecord};
-use crate::gate::{KinesisTopology, ShardInfo, Topology};
-use crate::store::BoxFuture;
+use kinesis_checkpoint::BoxFuture;
+use kinesis_checkpoint::gate::{KinesisTopology, ShardInfo, Topology};
 
 /// A stream on a Kinesis endpoint.
 ///
 /// ```no_run
-/// use kinesis_checkpoint::local::KinesisStream;
+/// use kinesis_checkpoint_testing::local::KinesisStream;
 ///
-/// # async fn run() -> Result<(), kinesis_checkpoint::local::StreamError> {
+/// # async fn run() -> Result<(), kinesis_checkpoint_testing::local::StreamError> {
 /// let config = aws_config::load_from_env().await;
 /// let stream = KinesisStream::connect(&config, "orders").await?;
 /// # Ok(())
@@ -37,8 +37,8 @@ impl KinesisStream {
     /// When the stream cannot be described (it does not exist, or the endpoint is unreachable).
     ///
     /// ```no_run
-    /// # use kinesis_checkpoint::local::KinesisStream;
-    /// # async fn run() -> Result<(), kinesis_checkpoint::local::StreamError> {
+    /// # use kinesis_checkpoint_testing::local::KinesisStream;
+    /// # async fn run() -> Result<(), kinesis_checkpoint_testing::local::StreamError> {
     /// let stream = KinesisStream::connect(&aws_config::load_from_env().await, "orders").await?;
     /// # Ok(())
     /// # }
@@ -75,7 +75,7 @@ fn failed(
 ) -> StreamError {
     format!(
         "Kinesis {what} on stream '{stream}' failed: {}",
-        crate::aws_error::cause(error)
+        kinesis_checkpoint::aws_error::cause(error)
     )
     .into()
 }
@@ -156,6 +156,6 @@ impl Shards for KinesisStream {
     }
 
     fn now_millis(&self) -> u64 {
-        crate::clock::Clock::now_millis(&crate::clock::SystemClock)
+        kinesis_checkpoint::clock::Clock::now_millis(&kinesis_checkpoint::clock::SystemClock)
     }
 }
