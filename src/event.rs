@@ -108,7 +108,7 @@ impl MalformedRecord {
 pub fn stream_name(arn: &str) -> Option<&str> {
     // Read once per batch (the first record's ARN; the others are compared with it whole).
     // Fields are cut at their colons byte by byte: `splitn`'s searcher cost ten times as much
-    // on an ARN's short fields (BENCHMARKS.md, section 1, eighteenth round).
+    // on an ARN's short fields (the `processor` bench).
     let rest = arn.strip_prefix("arn:")?;
     let (_partition, rest) = at_colon(rest)?;
     let rest = rest.strip_prefix("kinesis:")?;
@@ -184,7 +184,7 @@ pub struct LambdaKinesisEvent(pub KinesisEvent);
 /// Here they are refused as `aws_lambda_events` refuses them (anything but a string or `null`,
 /// a field twice), with the same messages, but not copied out of the input: six allocations
 /// fewer per record, 8 to 9 % of the instructions an invocation spends on a 1 KB record
-/// (BENCHMARKS.md, section 1, twentieth round). In the [`KinesisEvent`] they are `None`. The
+/// (the `processor` bench). In the [`KinesisEvent`] they are `None`. The
 /// stream ARN, event id, sequence number, partition key, payload, arrival time and encryption
 /// type are read as [`LambdaKinesisEvent`] reads them. To keep every field, read the event as
 /// [`LambdaKinesisEvent`] and give it to [`Processor::process`](crate::Processor::process).

@@ -136,7 +136,7 @@ pub trait Handler: Send + Sync + 'static {
 
     /// What the processor calls: [`handle`](Self::handle), without its box where the type
     /// knows its future. The closures and [`json`] handlers return their future as it is, so
-    /// a record's dispatch allocates nothing for it (see BENCHMARKS.md, section 1); any other
+    /// a record's dispatch allocates nothing for it (the `processor` bench); any other
     /// handler gets `handle`'s boxed future, and needs to implement `handle` only.
     ///
     /// Contract: an implementation does exactly what `handle` does, with the same record; the
@@ -260,8 +260,7 @@ pin_project_lite::pin_project! {
     /// known when the handler was called (a payload that is not the JSON asked for).
     ///
     /// Written out rather than an `async` block, which wraps the user code's future in a state
-    /// machine of its own, polled and dropped with every record (BENCHMARKS.md, section 1,
-    /// sixteenth round).
+    /// machine of its own, polled and dropped with every record (the `processor` bench).
     #[project = CallProjection]
     enum Call<F> {
         Running { #[pin] future: F },

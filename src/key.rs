@@ -26,7 +26,7 @@ use std::sync::Arc;
 pub struct LeaseKey {
     /// `stream:shard`, in one shared block: a record's key is cloned when the record is read
     /// and released with it, and with two blocks (stream and shard) that was four atomic
-    /// reference counts per record (BENCHMARKS.md, section 1).
+    /// reference counts per record (the `processor` bench).
     joined: Arc<str>,
     /// Where the stream ends in `joined`: the index of the colon after it. Either part may
     /// hold colons of its own (a partition key's row does, see [`row_key`]): this index, not
@@ -81,7 +81,7 @@ impl LeaseKey {
 /// Equal by their text. The records of one event share their key (the event's reader reads
 /// each key once), so two keys holding the same block are equal without comparing text:
 /// grouping an event compares every record's key with its group's, and comparing the text was
-/// most of it (BENCHMARKS.md, section 1).
+/// most of it (the `processor` bench).
 impl PartialEq for LeaseKey {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.joined, &other.joined)

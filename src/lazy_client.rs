@@ -7,8 +7,8 @@
 //! client it may never use: Kinesis, when every shard's row knows its parents; SQS, when no
 //! record is dead-lettered. So [`DynamoLeaseStore`](crate::DynamoLeaseStore),
 //! [`KinesisTopology`](crate::KinesisTopology) and [`SqsDeadLetters`](crate::SqsDeadLetters)
-//! keep the configuration and build their client on their first request (BENCHMARKS.md,
-//! "Cold start").
+//! keep the configuration and build their client on their first request (the `coldstart`
+//! bench).
 
 use std::fmt;
 use std::ops::Deref;

@@ -40,7 +40,7 @@ pub struct SequenceNumber(Digits);
 
 /// Numbers of up to this many digits are held in place: every record of a batch carries one,
 /// and a block per record for it was a tenth of what the processor added to a bare loop
-/// (BENCHMARKS.md, section 1). 62 makes the number 64 bytes.
+/// (the `processor` bench). 62 makes the number 64 bytes.
 const INLINE: usize = 62;
 
 /// A sequence number's digits, ASCII by construction: in place, or shared when longer.
@@ -183,8 +183,8 @@ impl SequenceNumber {
     /// the number into it. A number built in one place and then moved into the reader's vector
     /// was read back, each time, by wider loads than the stores that had just written it, and
     /// the processor waited for those stores to reach the cache (a failed store-to-load
-    /// forward): at 100 records the largest single cost of reading an event (BENCHMARKS.md,
-    /// section 1, eighteenth round).
+    /// forward): at 100 records the largest single cost of reading an event (the `processor`
+    /// bench).
     pub(crate) fn read_into(&mut self, digits: &str) -> Result<(), SequenceError> {
         check(digits)?;
         match (&mut self.0, u8::try_from(digits.len())) {

@@ -1,5 +1,5 @@
 //! Dead letters split over several SQS messages, through the real SDK against moto on
-//! 127.0.0.1: a send whose part fails, a record sent twice, messages of 0.1.0's format; redrive
+//! 127.0.0.1: a send whose part fails, a record sent twice; redrive
 //! joins the parts of one send only, checks them, runs a record sent twice once, and leaves (and
 //! says) what it cannot join.
 
@@ -13,7 +13,6 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine;
 use common::moto::{Moto, create_queue};
 use common::sqs::Wire;
 use kinesis_checkpoint::dead_letter::{DeadLetter, DeadLetterReason, redrive};
@@ -302,79 +301,6 @@ async fn a_part_whose_payload_does_not_match_the_digest_is_not_handed_over() {
         "{report:?}"
     );
     assert_eq!(setup.depth().await, parts);
-}
-
-/// A message as 0.1.0 wrote it: no send id, no digest.
-fn old_body(part: usize, parts: usize, data_base64: &str, sequence: &str) -> Value {
-    json!({
-        "kind": "kinesis-checkpoint.dead-letter.v1",
-        "stream": "orders",
-        "shard": SHARD,
-        "sequence_number": sequence,
-        "sub_sequence_number": null,
-        "partition_key": "customer-17",
-        "explicit_hash_key": null,
-        "approximate_arrival": "2025-11-30T14:19:05Z",
-        "approximate_arrival_millis": 1_764_512_345_500u64,
-        "attempts": 1,
-        "reason": "rejected",
-        "error": "the handler rejected the record and no dead-letter sink is configured: bad",
-        "dead_lettered_at": "2025-11-30T14:19:06Z",
-        "part": part,
-        "parts": parts,
-        "data_base64": data_base64,
-    })
-}
-
-#[tokio::test]
-async fn messages_of_the_0_1_0_format_are_joined_when_they_come_from_one_send_and_left_otherwise() {
-    let setup = setup().await;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(payload());
-    let one = "49656139270218735118962416178386539874290435484610000001";
-    let two = "49656139270218735118962416178386539874290435484610000002";
-    // `one`: a whole send of two parts. `two`: 0.1.0's failure, part 1 twice at other
-    // boundaries, then parts 2 and 3: nothing says which part goes with which.
-    setup
-        .send_raw(&old_body(2, 2, &encoded[12_000..], one))
-        .await;
-    setup
-        .send_raw(&old_body(1, 2, &encoded[..12_000], one))
-        .await;
-    setup
-        .send_raw(&old_body(1, 3, &encoded[..9_000], two))
-        .await;
-    setup
-        .send_raw(&old_body(1, 3, &encoded[..8_000], two))
-        .await;
-    setup
-        .send_raw(&old_body(2, 3, &encoded[8_000..16_000], two))
-        .await;
-    setup
-        .send_raw(&old_body(3, 3, &encoded[16_000..], two))
-        .await;
-    // `three`: dead-lettered twice whole (an invocation died before its checkpoint).
-    let three = "49656139270218735118962416178386539874290435484610000003";
-    setup.send_raw(&old_body(1, 1, &encoded, three)).await;
-    setup.send_raw(&old_body(1, 1, &encoded, three)).await;
-
-    let (report, mut seen) = setup.redrive().await;
-
-    seen.sort_by(|a, b| a.sequence().cmp(b.sequence()));
-    assert_eq!(seen.len(), 2, "{report:?}");
-    assert_eq!(seen[0].sequence().as_str(), one);
-    assert_same_bytes(seen[0].data(), &payload());
-    assert_eq!(seen[1].sequence().as_str(), three);
-    assert_same_bytes(seen[1].data(), &payload());
-    assert_eq!(
-        (report.redriven, report.leftovers, report.incomplete),
-        (2, 1, 1),
-        "{report:?}"
-    );
-    assert!(
-        report.left[0].contains(two) && report.left[0].contains("0.1.0"),
-        "{report:?}"
-    );
-    assert_eq!(setup.depth().await, 4, "the ambiguous parts stay");
 }
 
 /// Every byte, in order; a difference is told by where, not by dumping both.

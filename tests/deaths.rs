@@ -45,7 +45,7 @@ impl Calls {
 }
 
 impl Layer for Calls {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
@@ -99,12 +99,12 @@ struct Setup {
 struct Counting(Arc<Calls>);
 
 impl Layer for Counting {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
-        self.0.around(call, next)
+        self.0.wrap(call, next)
     }
 }
 

@@ -1553,7 +1553,7 @@ fn ended_unrecorded(report: &kinesis_checkpoint::BatchReport) -> bool {
 pub(crate) struct Pins(pub(crate) Arc<Shared>);
 
 impl Layer for Pins {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -113,7 +113,7 @@ async fn the_fault_layer_steals_the_lease_before_the_last_write_through_the_real
 struct Noting(std::sync::Mutex<Vec<String>>);
 
 impl Layer for Noting {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -680,7 +680,7 @@ async fn in_the_partition_key_mode_a_parent_a_container_consumer_checkpointed_to
 struct LosesFirstAnswer(std::sync::atomic::AtomicBool);
 
 impl kinesis_checkpoint::internal::Layer for LosesFirstAnswer {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: kinesis_checkpoint::internal::Call<'a>,
         next: kinesis_checkpoint::internal::Next<'a, T>,

@@ -530,7 +530,7 @@ struct FailTransaction {
 }
 
 impl kinesis_checkpoint::internal::Layer for FailTransaction {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: kinesis_checkpoint::internal::Call<'a>,
         next: kinesis_checkpoint::internal::Next<'a, T>,

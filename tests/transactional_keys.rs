@@ -443,7 +443,7 @@ struct LoseFirstAnswer {
 }
 
 impl Layer for LoseFirstAnswer {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
@@ -572,7 +572,7 @@ struct FailTransactions {
 }
 
 impl Layer for FailTransactions {
-    fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -83,8 +83,8 @@ pub fn legacy_plan(rows: &[Row], stream: &str) -> Plan {
         .filter(|row| row.key().is_none())
         .map(|row| {
             let key = LeaseKey::new(stream, row.lease_key.as_str());
-            // The position as the toolkit reads it: the 0.1.0 form and a partial aggregate
-            // beside the checkpoint included.
+            // The position as the toolkit reads it, a partial aggregate beside the checkpoint
+            // included.
             let parsed = row.state.position().transpose();
             let (position, note) = match parsed {
                 None => (None, Some("no checkpoint in the row".to_owned())),

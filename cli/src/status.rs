@@ -53,7 +53,7 @@ pub struct ShardStatus {
     /// The checkpoint: the last sequence number done whole, `SHARD_END`, or none.
     pub checkpoint: Option<String>,
     /// The KPL aggregate in progress after the checkpoint (the row's `aggregate_sequence`
-    /// while it lies above `checkpoint`, or `checkpoint` itself in a row of the 0.1.0 form).
+    /// while it lies above `checkpoint`).
     pub aggregate_sequence: Option<String>,
     /// The last sub-record of that aggregate done.
     pub checkpoint_sub: Option<u64>,

@@ -14,9 +14,7 @@
 //!   over the queue's size (body and attributes together). JSON escapes controls itself; U+FFFE
 //!   and U+FFFF are escaped here; attribute values escape every refused character. The handler's
 //!   error is bounded (its start kept, the cut and its full length said): an error of any size
-//!   can no longer make every send fail.
-//! - **0.1.0's messages still read.** They name no send: a record whose old-format parts come
-//!   from one send only (each part number once) is joined; anything else is left and reported.
+//!   cannot make every send fail.
 
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
@@ -34,10 +32,8 @@ use super::DeadLetter;
 use crate::key::LeaseKey;
 use crate::record::Record;
 
-/// The format written now: parts name their send and the payload's digest.
+/// The format: parts name their send and the payload's digest.
 pub(crate) const KIND: &str = "kinesis-checkpoint.dead-letter.v2";
-/// 0.1.0's format: parts name only their number.
-pub(crate) const KIND_V1: &str = "kinesis-checkpoint.dead-letter.v1";
 
 /// The longest error a body carries (its JSON-escaped bytes), whatever the queue's size.
 const BODY_ERROR_BYTES: usize = 8_192;
@@ -152,8 +148,7 @@ const fn sqs_char(c: char) -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub(crate) struct Body {
     pub kind: String,
-    /// Which send of the record this part belongs to (absent in 0.1.0's format).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Which send of the record this part belongs to.
     pub send_id: String,
     pub stream: String,
     pub shard: String,
@@ -211,7 +206,7 @@ pub(crate) fn describe((stream, shard, sequence, sub): &LetterId) -> String {
 pub(crate) fn decode(body: &str) -> Option<Body> {
     serde_json::from_str::<Body>(body)
         .ok()
-        .filter(|body| body.kind == KIND || body.kind == KIND_V1)
+        .filter(|body| body.kind == KIND)
 }
 
 /// The record's metadata alone is too large for one message.

@@ -150,11 +150,8 @@ pub async fn redrive_queue<Q: MessageQueue + ?Sized, H: Handler>(
             run.arrived(body, message.receipt).await?;
         }
     }
-    run.finish().await
+    Ok(run.finish())
 }
-
-/// A part received, with its receipt.
-type Held = (Body, String);
 
 /// The parts of one send received so far, by part number, with their receipts.
 #[derive(Default)]
@@ -176,7 +173,7 @@ impl Send {
 /// What a run knows of one record.
 #[derive(Default)]
 struct Letter {
-    /// Incomplete sends, by send id (0.1.0's parts, which name no send, under "").
+    /// Incomplete sends, by send id.
     sends: HashMap<String, Send>,
     /// The digest of a complete, checked send of the record, once one was received.
     complete: Option<String>,
@@ -208,13 +205,6 @@ impl<Q: MessageQueue + ?Sized, H: Handler> Run<'_, Q, H> {
     async fn arrived(&mut self, body: Body, receipt: String) -> Result<(), RedriveError> {
         let id = body.id();
         let letter = self.records.entry(id.clone()).or_default();
-        if body.kind == message::KIND_V1 {
-            // 0.1.0's parts name no send: which parts belong together is known only once
-            // every message was received (`finish`).
-            let send = letter.sends.entry(String::new()).or_default();
-            send.parts.insert(send.parts.len() + 1, (body, receipt));
-            return Ok(());
-        }
         if letter.complete.as_deref() == Some(body.data_md5.as_str()) {
             self.report.leftovers += 1;
             return self.delete(&receipt).await;
@@ -288,18 +278,11 @@ impl<Q: MessageQueue + ?Sized, H: Handler> Run<'_, Q, H> {
         Ok(())
     }
 
-    /// Joins 0.1.0's parts where they come from one send, and reports what stays incomplete.
-    async fn finish(mut self) -> Result<RedriveReport, RedriveError> {
+    /// Reports what stays incomplete.
+    fn finish(mut self) -> RedriveReport {
         let mut ids: Vec<LetterId> = self.records.keys().cloned().collect();
         ids.sort();
         for id in ids {
-            let legacy = self
-                .records
-                .get_mut(&id)
-                .and_then(|letter| letter.sends.remove(""));
-            if let Some(legacy) = legacy {
-                self.legacy(&id, legacy).await?;
-            }
             let Some(letter) = self.records.get(&id) else {
                 continue;
             };
@@ -328,66 +311,6 @@ impl<Q: MessageQueue + ?Sized, H: Handler> Run<'_, Q, H> {
                 self.report.left.push(reason);
             }
         }
-        Ok(self.report)
-    }
-
-    /// 0.1.0's parts of one record: a message that is a whole send is run; split ones are
-    /// joined when each part number is there once (every send starts from part 1, so one part 1
-    /// means one send); otherwise they cannot be told apart.
-    async fn legacy(&mut self, id: &LetterId, send: Send) -> Result<(), RedriveError> {
-        let (singles, mut bodies): (Vec<Held>, Vec<Held>) = send
-            .parts
-            .into_values()
-            .partition(|(body, _)| body.parts == 1);
-        // A message that is a whole send is unambiguous; a second one is a copy of the record.
-        for (body, receipt) in singles {
-            let send = Send {
-                parts: BTreeMap::from([(1, (body, receipt))]),
-                copies: Vec::new(),
-            };
-            self.complete(id, send).await?;
-        }
-        if bodies.is_empty() {
-            return Ok(());
-        }
-        bodies.sort_by_key(|(body, _)| body.part);
-        let parts = bodies[0].0.parts;
-        let one_send = bodies.len() == parts
-            && bodies
-                .iter()
-                .enumerate()
-                .all(|(index, (body, _))| body.part == index + 1 && body.parts == parts);
-        if one_send {
-            let send = Send {
-                parts: bodies
-                    .into_iter()
-                    .map(|(body, receipt)| (body.part, (body, receipt)))
-                    .collect(),
-                copies: Vec::new(),
-            };
-            return self.complete(id, send).await;
-        }
-        if self.records.get(id).is_some_and(|l| l.complete.is_some()) {
-            // Another send of the record was complete: these were its partial resends.
-            for (_, receipt) in &bodies {
-                self.report.leftovers += 1;
-                self.delete(receipt).await?;
-            }
-            return Ok(());
-        }
-        let numbers: Vec<String> = bodies
-            .iter()
-            .map(|(body, _)| format!("{}/{}", body.part, body.parts))
-            .collect();
-        let reason = format!(
-            "{}: {} messages of the 0.1.0 format (parts {}) come from more than one send or miss parts, and 0.1.0's parts do not say which send they belong to; left in the queue",
-            describe(id),
-            bodies.len(),
-            numbers.join(", ")
-        );
-        tracing::warn!(%reason, "old-format dead letters cannot be joined");
-        self.report.incomplete += 1;
-        self.report.left.push(reason);
-        Ok(())
+        self.report
     }
 }

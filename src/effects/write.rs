@@ -299,7 +299,7 @@ fn map_bytes(map: &HashMap<String, AttributeValue>) -> usize {
         .sum()
 }
 
-/// A value's size as `DynamoDB` counts it, rounded up: numbers at most 21 bytes, one byte of
+/// A value's size as `DynamoDB` counts it, at most: numbers 21 bytes, one byte of
 /// overhead per element of a list or map, 3 per list or map.
 fn value_bytes(value: &AttributeValue) -> usize {
     match value {

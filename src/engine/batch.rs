@@ -169,7 +169,7 @@ pub(crate) fn deaggregate(entries: Vec<Entry>) -> Vec<Entry> {
         _ => false,
     };
     // Most batches hold no aggregate: keep their entries where they are, rather than move
-    // them all into a new vector (see BENCHMARKS.md: large allocations cost most here).
+    // them all into a new vector (the `memory` bench: large allocations cost most here).
     if !entries.iter().any(aggregate) {
         return entries;
     }
@@ -202,7 +202,7 @@ pub(crate) struct ShardBatch {
 /// The event's records grouped by stream and shard, keeping order, as [`group`] says. An event
 /// read as one shard's is its one group as it stands: no record is looked at again here (by
 /// now its place in the record block is far behind, and reading each record's key cost a
-/// cache miss per record; BENCHMARKS.md, section 1).
+/// cache miss per record; the `processor` bench).
 pub(crate) fn group_event(
     read: ReadEvent,
 ) -> (
@@ -261,7 +261,7 @@ fn group(
     let cut = parsed.iter().position(Result::is_err);
     // Computed before `parsed` is consumed: the neighbours are looked up by index. Only for a
     // batch that holds a malformed record: a vector as long as the batch costs most of the
-    // grouping (see BENCHMARKS.md), and a well-formed batch needs none of it.
+    // grouping (the `processor` bench), and a well-formed batch needs none of it.
     let malformed_keys: Vec<Option<LeaseKey>> = if cut.is_some() {
         parsed
             .iter()

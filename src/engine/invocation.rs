@@ -69,8 +69,8 @@ impl Invocation {
             }
         });
         // A record starts while more than the margin is left, and its call stops once no more
-        // than the margin is: in whole milliseconds of the deadline, the first is a margin
-        // rounded down, the second a margin rounded up.
+        // than the margin is: in whole milliseconds of the deadline, the first is the margin's
+        // floor, the second its ceiling.
         let whole = millis(margin);
         let rounded_up =
             whole.saturating_add(u64::from(!margin.subsec_nanos().is_multiple_of(1_000_000)));
@@ -241,7 +241,7 @@ mod tests {
 
         // A margin of 100.5 ms: at START + 900, 100 ms are left, not more than the margin; at
         // START + 899, 101 are, and the call has 0.5 of them, so it stops at once (whole
-        // milliseconds, as the time left was always rounded).
+        // milliseconds, as Lambda gives the deadline).
         let invocation = arriving_with_margin(START + 1_000, Duration::from_micros(100_500));
         assert!(invocation.may_start_at(START + 899));
         assert!(!invocation.may_start_at(START + 900));

@@ -2,9 +2,9 @@
 //! [`LambdaKinesisEvent`] (every field) and [`InvocationEvent`] (what the processor reads; the
 //! rest checked where it lies and not copied), one reading with a switch between the two.
 //!
-//! `aws_lambda_events`' own reading of a timestamp is wrong (see [`LambdaKinesisEvent`]), and
-//! the event used to be read twice to fix it: into a `serde_json::Value`, whose timestamps were
-//! rewritten, then from it into `KinesisEvent`. Here each record is read once, every field with
+//! `aws_lambda_events`' own reading of a timestamp is wrong (see [`LambdaKinesisEvent`]).
+//! Fixing it through a `serde_json::Value` would read the event twice. Here each record is read
+//! once, every field with
 //! `aws_lambda_events`' own type (so the same defaults, the same refusals and the same
 //! messages) but two: the timestamp, read to the microsecond, and the payload, read as bytes
 //! and decoded where it lies by a faster decoder that refuses the same texts with the same
@@ -314,7 +314,7 @@ impl<'de, const ALL: bool> Visitor<'de> for KinesisSeed<ALL> {
 ///
 /// `aws_lambda_events` copies the text into a `String`, then decodes it with the `base64` crate:
 /// a quarter of the instructions an invocation spends on each 1 KB record went to that decoder
-/// alone (BENCHMARKS.md, section 1, eleventh round). `base64-simd` (already built for the AWS
+/// alone (the `processor` bench). `base64-simd` (already built for the AWS
 /// SDK's `aws-smithy-types`) decodes the text where the parser found it, with no `String`
 /// copied from it, using the processor's vector instructions, into a vector of the payload's
 /// exact length. Both decoders take the standard alphabet with canonical padding and refuse the

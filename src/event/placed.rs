@@ -1,15 +1,14 @@
 //! A large event of one shard, read in two steps: first what the stages before dispatch need
 //! of each record, then its payload, a chunk at a time, as dispatch reaches it.
 //!
-//! Read whole before the claim, as a small event is, each record of a large batch was fetched
+//! Read whole before the claim, as a small event is, each record of a large batch is fetched
 //! from memory three times: read into the record block, run from it, then freed with the rest
 //! of the event at the end. Once the batch outgrows the caches, those passes cost more than
-//! the handler around them: a third of a bare loop's time at 10,000 records of 1 KB
-//! (BENCHMARKS.md, section 1, twelfth round). Here the first pass reads only each record's
-//! shard, sequence number and arrival time (a [`Placed`]); dispatch then takes a [`CHUNK`] of
-//! records out of the event, as they are (seventeenth round: they were read into fields),
-//! runs them and frees them while they are in a core's L2, as a bare loop frees each record
-//! after its call (thirteenth round).
+//! the handler: a third of a bare loop's time at 10,000 records of 1 KB (the `processor`
+//! bench). Here the first pass reads only each record's shard, sequence number and arrival
+//! time (a [`Placed`]); dispatch then takes a [`CHUNK`] of records out of the event, as they
+//! are, runs them and frees them while they are in a core's L2, as a bare loop frees each
+//! record after its call.
 
 use std::time::SystemTime;
 
@@ -26,9 +25,9 @@ pub(crate) const CHUNK: usize = 64;
 
 /// Above this many bytes of payloads, an event of one shard is read in two steps. A smaller one
 /// is read whole: its passes stay inside the caches (1,000 records of 1 KB ran as fast either
-/// way on the AMD EPYC of BENCHMARKS.md, whose L2 is 512 KB and L3 8 MB), and each chunk's freed
-/// strings, a dozen per record, have glibc consolidate its fast bins at the next chunk's block,
-/// which cost 8 % at 100 records and 10 % at 1,000 (section 1, thirteenth round).
+/// way on a machine with 512 KB of L2 and 8 MB of L3), and each chunk's freed strings, a dozen
+/// per record, have glibc consolidate its fast bins at the next chunk's block, which costs 8 %
+/// at 100 records and 10 % at 1,000 (the `processor` bench).
 pub(crate) const LARGE: usize = 2 * 1024 * 1024;
 
 /// What the stages before dispatch (the claim, the gate, recovery, dedupe, the checkpoint and
@@ -36,8 +35,8 @@ pub(crate) const LARGE: usize = 2 * 1024 * 1024;
 /// and its arrival time. Its payload and partition key stay in the event until dispatch reads
 /// them ([`Payloads::read`]). Held in the batch's entry itself: shared in one block, as read
 /// records share theirs, the entries were smaller but each a reference count more, and the
-/// processor executed 180 instructions more per record at 10,000 records (BENCHMARKS.md,
-/// section 1, thirteenth round).
+/// processor executed 180 instructions more per record at 10,000 records (the `processor`
+/// bench).
 pub(crate) struct Placed {
     /// The record's index in the event's `Records`.
     pub(crate) index: usize,

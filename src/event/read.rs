@@ -112,8 +112,8 @@ struct OneShard {
 /// as soon as a record names another shard than the first, or cannot be read.
 ///
 /// Each number is read where it stays, in the vector (see [`SequenceNumber::read_into`]). The
-/// payloads' lengths were a pass of their own before: folded in here, the event's records are
-/// walked once before dispatch rather than twice (BENCHMARKS.md, section 1, eighteenth round).
+/// payloads' lengths are read in the same pass: the event's records are walked once before
+/// dispatch rather than twice (the `processor` bench).
 fn one_shard(event: &KinesisEvent) -> Option<OneShard> {
     let mut keys = KeyCache::default();
     let mut sequences = Vec::with_capacity(event.records.len());
@@ -159,7 +159,7 @@ fn read_in_place(
 ///
 /// The rest of the event (a dozen strings per record) is left in place for the caller to drop
 /// at the end of the batch. Freed here, those small blocks would fill glibc's fast bins, and
-/// the batch's next large allocation would stop to consolidate all of them (see BENCHMARKS.md).
+/// the batch's next large allocation would stop to consolidate all of them (the `memory` bench).
 fn read_fields(event: &mut KinesisEvent) -> ReadEvent {
     let mut keys = KeyCache::default();
     let arrivals = Record::arrived_together(

@@ -253,7 +253,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
     /// two steps: each record's position first, then its payload 64 records at a time as
     /// in-order dispatch reaches them, each chunk's part of the event freed once read, so that
     /// a batch larger than the CPU's caches is fetched from memory about once rather than three
-    /// times (BENCHMARKS.md, section 1, thirteenth round). Smaller events are read whole. Only
+    /// times (the `processor` bench). Smaller events are read whole. Only
     /// speed depends on it: every record is treated alike either way, and 0 reads every event
     /// of one shard in chunks.
     ///
@@ -388,8 +388,7 @@ impl<H: Handler, M: CheckpointMode> Processor<H, M> {
         // before what is left of the event (a dozen small strings per record), whether the
         // event still holds them or the records read in place do (`hold`). Freed after those
         // strings, the report would make glibc sort them all out of its fast bins once more:
-        // a fifth of what the processor added per record at 100 records (BENCHMARKS.md,
-        // section 1, seventh and seventeenth rounds).
+        // a fifth of what the processor adds per record at 100 records (the `memory` bench).
         drop(event);
         drop(hold);
         response

@@ -4,8 +4,8 @@
 //! first, each record's partition key and payload were taken out of the event, its fields
 //! written into a block allocated for the batch, and at the end the block, the fields and the
 //! rest of the event freed apart: about 450 instructions per record on top of the least a
-//! processor must do, and with the JSON handler a third of the time the processor added to a
-//! bare loop at 100 records (BENCHMARKS.md, section 1, seventeenth round). Here the event's
+//! processor must do, and with the JSON handler a third of the time the processor adds to a
+//! bare loop at 100 records (the `processor` bench). Here the event's
 //! records are kept as they are, beside the one thing the engine needs read out of each of
 //! them before dispatch, its sequence number, and a record is an index into them.
 
@@ -22,9 +22,8 @@ use crate::sequence::SequenceNumber;
 pub(crate) struct InEvent {
     key: LeaseKey,
     /// Declared, and so dropped, before `records`: freed after the event's small strings, the
-    /// vector had glibc sort them all out of its fast bins again, about 700 instructions per
-    /// record with the JSON handler at 100 records (BENCHMARKS.md, section 1, seventeenth
-    /// round).
+    /// vector has glibc sort them all out of its fast bins again, about 700 instructions per
+    /// record with the JSON handler at 100 records (the `memory` bench).
     sequences: Vec<SequenceNumber>,
     records: Vec<KinesisEventRecord>,
 }
@@ -80,7 +79,7 @@ impl InEvent {
 /// freed; a larger block freed after them (the batch's entries, its report) has glibc sort them
 /// all out again, which cost twice as much as the rest of freeing the batch. Dropped after
 /// the batch's report, a hold frees the event last, as a bare loop frees its own
-/// (BENCHMARKS.md, section 1, seventh and seventeenth rounds).
+/// (the `memory` bench).
 #[derive(Default)]
 pub(crate) struct EventHold {
     _event: Option<Arc<InEvent>>,

@@ -66,7 +66,7 @@ pub struct Record {
 enum Held {
     /// A block of fields: the records read together share one (see
     /// [`Record::arrived_together`]); a block per record was, with its allocation and its
-    /// release, a fifth of what the processor added to a bare loop (BENCHMARKS.md, section 1).
+    /// release, a fifth of what the processor adds to a bare loop (the `processor` bench).
     /// A record built alone has a block of its own.
     Fields(Arc<[Slot]>),
     /// Lambda's event itself, for one shard's plain records (see [`Record::in_event`]).

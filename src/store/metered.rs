@@ -48,7 +48,7 @@ tokio::task_local! {
 }
 
 /// `work`, one invocation, counting into `counters` whichever task polls it. A plain
-/// function, not an `async` one: another state machine around `work` would hold it twice.
+/// function, not an `async` one: another state machine over `work` would hold it twice.
 pub(crate) fn scope<F: Future>(
     counters: Arc<Counters>,
     work: F,
@@ -81,7 +81,7 @@ pub(crate) struct Timed {
 }
 
 impl Layer for Timed {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -18,7 +18,7 @@
 //!   many rows. It is sealed: its methods carry the engine's row forms, which change with the
 //!   engine. [`MemoryLeaseStore`](crate::MemoryLeaseStore) and `DynamoLeaseStore` implement it, and [`SeedStore`].
 //!
-//! A wrapper around a store (metrics, injected faults in tests) is a `Layer` inside `Layered`,
+//! A wrapper of a store (metrics, injected faults in tests) is a `Layer` inside `Layered`,
 //! which spells the method list once, instead of an implementation that forwards every method
 //! by hand.
 //!

@@ -64,7 +64,7 @@ pub struct Deaths {
 }
 
 impl Layer for Deaths {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -114,7 +114,7 @@ impl<S: CheckpointStore> Faults<S> {
 }
 
 impl<S: LeaseStore + CheckpointStore> Layer for Faults<S> {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
@@ -353,7 +353,7 @@ impl<S: LeaseStore + CheckpointStore> Chaos<S> {
 }
 
 impl<S: LeaseStore + CheckpointStore> Layer for Chaos<S> {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -74,7 +74,7 @@ impl Skew {
 }
 
 impl Layer for Skew {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -203,7 +203,7 @@ impl Reap {
 }
 
 impl Layer for Reap {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,

@@ -77,7 +77,7 @@ impl Operation {
 /// struct Notes(Mutex<Vec<(Operation, Vec<String>, Option<Duration>)>>);
 ///
 /// impl Layer for Notes {
-///     fn around<'a, T: std::fmt::Debug + Send + 'a>(
+///     fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
 ///         &'a self,
 ///         call: Call<'a>,
 ///         next: Next<'a, T>,

@@ -4,7 +4,7 @@
 //! leaves out, or forwards to the wrong method, degrades the wrapped store behind every test
 //! and metric that uses it. Here the method list is spelled once, in [`Layered`], which
 //! implements [`CheckpointStore`] (and [`LeaseStore`], when the inner store is one) by handing
-//! every call to one hook, [`Layer::around`]. The hook sees which operation is called, on which
+//! every call to one hook, [`Layer::wrap`]. The hook sees which operation is called, on which
 //! key(s), with which arguments ([`Call`]), and wraps the call's future ([`Next`]): time it,
 //! fail it, delay it, steal the lease first, note the answer. The one argument it may change is
 //! the lease's ttl ([`Call::with_lease_ttl`]); everything a write carries reaches the inner
@@ -26,7 +26,7 @@ mod tests;
 use call::Args;
 pub use call::{Call, Operation};
 
-/// What a store wrapper does around each call: the one hook of [`Layered`].
+/// What a store wrapper does with each call: the one hook of [`Layered`].
 ///
 /// The hook gets the call and `next`, the call on its way to the inner store. It returns the
 /// call's future: usually `next.run(call)` wrapped in something, as in the example. Not
@@ -51,7 +51,7 @@ pub use call::{Call, Operation};
 /// struct CountWrites(AtomicU64);
 ///
 /// impl Layer for CountWrites {
-///     fn around<'a, T: std::fmt::Debug + Send + 'a>(
+///     fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
 ///         &'a self,
 ///         call: Call<'a>,
 ///         next: Next<'a, T>,
@@ -75,7 +75,7 @@ pub use call::{Call, Operation};
 /// ```
 pub trait Layer: Send + Sync + 'static {
     /// Wraps one call: `next.run(call)` sends it to the inner store.
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
@@ -96,7 +96,7 @@ impl<'a, T> Next<'a, T> {
         }
     }
 
-    /// Sends `call`, the one [`Layer::around`] was given (possibly with another lease ttl), to
+    /// Sends `call`, the one [`Layer::wrap`] was given (possibly with another lease ttl), to
     /// the inner store; the future is the store's.
     #[must_use]
     pub fn run(self, call: Call<'a>) -> BoxFuture<'a, Result<T, LeaseError>> {
@@ -110,10 +110,10 @@ impl<T> fmt::Debug for Next<'_, T> {
     }
 }
 
-/// `inner` with `layer` around every call: a store wrapper that cannot forget a method.
+/// `inner` with `layer` over every call: a store wrapper that cannot forget a method.
 ///
 /// It implements [`CheckpointStore`], and [`LeaseStore`] when `inner` is one, by routing each
-/// method through [`Layer::around`]; [`requests`](CheckpointStore::requests), which sends
+/// method through [`Layer::wrap`]; [`requests`](CheckpointStore::requests), which sends
 /// nothing, is the inner store's. See [`Layer`] for an example.
 ///
 /// With both traits in scope, call the methods both have (`read`, `renew`) by their trait:
@@ -134,7 +134,7 @@ impl<S: ?Sized, L: Layer> Layered<S, L> {
     /// struct Nothing;
     ///
     /// impl Layer for Nothing {
-    ///     fn around<'a, T: std::fmt::Debug + Send + 'a>(
+    ///     fn wrap<'a, T: std::fmt::Debug + Send + 'a>(
     ///         &'a self,
     ///         call: Call<'a>,
     ///         next: Next<'a, T>,
@@ -168,7 +168,7 @@ impl<S: ?Sized, L: Layer> Layered<S, L> {
         args: Args<'a>,
         send: impl FnOnce(Call<'a>) -> BoxFuture<'a, Result<T, LeaseError>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, LeaseError>> {
-        self.layer.around(Call { args }, Next::new(send))
+        self.layer.wrap(Call { args }, Next::new(send))
     }
 }
 

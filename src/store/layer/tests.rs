@@ -6,7 +6,7 @@ use crate::store::memory::MemoryLeaseStore;
 struct Doubling;
 
 impl Layer for Doubling {
-    fn around<'a, T: fmt::Debug + Send + 'a>(
+    fn wrap<'a, T: fmt::Debug + Send + 'a>(
         &'a self,
         call: Call<'a>,
         next: Next<'a, T>,
@@ -72,7 +72,7 @@ async fn a_layer_can_change_the_lease_ttl_and_only_that() {
 async fn a_layer_that_does_not_run_the_call_answers_for_the_store() {
     struct Down;
     impl Layer for Down {
-        fn around<'a, T: fmt::Debug + Send + 'a>(
+        fn wrap<'a, T: fmt::Debug + Send + 'a>(
             &'a self,
             _call: Call<'a>,
             _next: Next<'a, T>,
