@@ -61,8 +61,10 @@ pub enum MalformedReason {
     /// `eventID` is missing or not `shardId-…:<sequenceNumber>`.
     #[error("eventID {0:?} is not '<shardId>:<sequenceNumber>'")]
     EventId(Option<String>),
-    /// `eventSourceARN` is missing or not a Kinesis stream ARN.
-    #[error("eventSourceARN {0:?} is not 'arn:aws:kinesis:<region>:<account>:stream/<name>'")]
+    /// `eventSourceARN` is missing or not a Kinesis or `DynamoDB` stream ARN.
+    #[error(
+        "eventSourceARN {0:?} is not 'arn:aws:kinesis:<region>:<account>:stream/<name>' or 'arn:aws:dynamodb:<region>:<account>:table/<table>/stream/<label>'"
+    )]
     SourceArn(Option<String>),
     /// `kinesis.sequenceNumber` is not a sequence number.
     #[error("kinesis.sequenceNumber is not a sequence number: {0}")]
@@ -91,8 +93,8 @@ impl MalformedRecord {
     }
 }
 
-/// The stream name inside a stream ARN, also under enhanced fan-out
-/// (`…:stream/NAME/consumer/CONSUMER:TIMESTAMP`).
+/// The stream name inside a Kinesis stream ARN, also under enhanced fan-out
+/// (`…:stream/NAME/consumer/CONSUMER:TIMESTAMP`); a `DynamoDB` stream's whole ARN.
 ///
 /// ```
 /// use kinesis_checkpoint::event::stream_name;
@@ -102,6 +104,8 @@ impl MalformedRecord {
 ///     stream_name("arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/app:1700000000"),
 ///     Some("orders"),
 /// );
+/// let table = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-12-07T00:45:33.175";
+/// assert_eq!(stream_name(table), Some(table));
 /// assert_eq!(stream_name("arn:aws:sqs:eu-west-1:123456789012:orders"), None);
 /// ```
 #[must_use]
@@ -111,6 +115,13 @@ pub fn stream_name(arn: &str) -> Option<&str> {
     // on an ARN's short fields (the `processor` bench).
     let rest = arn.strip_prefix("arn:")?;
     let (_partition, rest) = at_colon(rest)?;
+    if let Some(rest) = rest.strip_prefix("dynamodb:") {
+        // A DynamoDB stream is named by its whole ARN: DynamoDB Streams' API asks for it.
+        let (_region, rest) = at_colon(rest)?;
+        let (_account, rest) = at_colon(rest)?;
+        let (_table, label) = rest.strip_prefix("table/")?.split_once("/stream/")?;
+        return (!label.is_empty()).then_some(arn);
+    }
     let rest = rest.strip_prefix("kinesis:")?;
     let (_region, rest) = at_colon(rest)?;
     let (_account, rest) = at_colon(rest)?;

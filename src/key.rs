@@ -55,6 +55,29 @@ impl LeaseKey {
         }
     }
 
+    /// The key a row is stored under, read back: `stream:shard`, where a `DynamoDB` stream's
+    /// name is its ARN (colons included) and a shard id starts with `shardId-`. `None` for a
+    /// text without a colon (a bare shard id).
+    ///
+    /// ```
+    /// # use kinesis_checkpoint::LeaseKey;
+    /// let key = LeaseKey::parse("orders:shardId-000000000001").unwrap();
+    /// assert_eq!((key.stream(), key.shard()), ("orders", "shardId-000000000001"));
+    /// let arn = "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-12-07T00:45:33.175";
+    /// let key = LeaseKey::parse(&format!("{arn}:shardId-00000001796604333303-f37b0ef0")).unwrap();
+    /// assert_eq!(key.stream(), arn);
+    /// assert!(LeaseKey::parse("shardId-000000000001").is_none());
+    /// ```
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        let colon = match text.find(":shardId-") {
+            Some(colon) => colon,
+            None if text.starts_with("arn:") => text.rfind(':')?,
+            None => text.find(':')?,
+        };
+        Some(Self::new(&text[..colon], &text[colon + 1..]))
+    }
+
     /// The stream the shard belongs to.
     ///
     /// ```

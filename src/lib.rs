@@ -90,10 +90,17 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
+#[cfg(any(
+    feature = "dynamodb",
+    feature = "kinesis",
+    feature = "sqs",
+    feature = "dynamodb-streams"
+))]
 pub mod aws_error;
 pub mod clock;
 pub mod dead_letter;
+#[cfg(feature = "dynamodb-streams")]
+pub mod dynamodb_streams;
 #[cfg(feature = "dynamodb")]
 pub mod effects;
 mod engine;
@@ -103,7 +110,12 @@ pub mod gate;
 mod handler;
 mod key;
 pub mod kpl;
-#[cfg(any(feature = "dynamodb", feature = "kinesis", feature = "sqs"))]
+#[cfg(any(
+    feature = "dynamodb",
+    feature = "kinesis",
+    feature = "sqs",
+    feature = "dynamodb-streams"
+))]
 mod lazy_client;
 pub mod metrics;
 pub mod processor;

@@ -112,18 +112,20 @@ enum RowKind<'a> {
 
 impl<'a> RowKind<'a> {
     /// `stream:shard`, `stream:shard:key` or `stream:shard#...`: a shard id holds neither a `:`
-    /// nor a `#`, nor does a stream name.
+    /// nor a `#`; a stream name holds neither, but a DynamoDB stream's ARN holds colons.
     fn of(lease_key: &'a str) -> Self {
-        let Some((stream, rest)) = lease_key.split_once(':') else {
+        let Some(key) = LeaseKey::parse(lease_key) else {
             return Self::Shard;
         };
+        let rest = key.shard();
         let lane = rest.find('#');
-        let key = rest.find(':');
-        match (lane, key) {
-            (Some(lane), key) if key.is_none_or(|key| lane < key) => Self::Obsolete,
-            (_, Some(key)) => Self::Key {
-                shard: format!("{stream}:{}", &rest[..key]),
-                partition_key: &rest[key + 1..],
+        let colon = rest.find(':');
+        let partition_key = &lease_key[lease_key.len() - rest.len()..];
+        match (lane, colon) {
+            (Some(lane), colon) if colon.is_none_or(|colon| lane < colon) => Self::Obsolete,
+            (_, Some(colon)) => Self::Key {
+                shard: format!("{}:{}", key.stream(), &rest[..colon]),
+                partition_key: &partition_key[colon + 1..],
             },
             _ => Self::Shard,
         }
@@ -145,8 +147,8 @@ impl ShardStatus {
     fn of(lease_key: &str, state: &LeaseState, now_ms: u64) -> Self {
         // An unreadable aggregate is shown as no aggregate; the checkpoint is shown as stored.
         let partial = state.partial_aggregate().ok().flatten();
-        let (stream, shard) = match lease_key.split_once(':') {
-            Some((stream, shard)) => (Some(stream.to_owned()), shard.to_owned()),
+        let (stream, shard) = match LeaseKey::parse(lease_key) {
+            Some(key) => (Some(key.stream().to_owned()), key.shard().to_owned()),
             None => (None, lease_key.to_owned()),
         };
         Self {

@@ -125,6 +125,18 @@ pub enum ProcessError {
     /// The records before it were processed and checkpointed.
     #[error("{0}; the batch fails from this record so that Lambda delivers it again")]
     Unreportable(MalformedRecord),
+    /// A `DynamoDB` stream event with changes but no `shardId` or `eventSourceARN`: the mapping
+    /// sets no `TumblingWindowInSeconds`, so no change can be matched to its shard's lease.
+    #[cfg(feature = "dynamodb-streams")]
+    #[error(
+        "the DynamoDB stream event names no shard: set TumblingWindowInSeconds on the event source mapping (900 is fine); nothing was processed"
+    )]
+    NotAWindowEvent,
+    /// A `DynamoDB` stream change the processor cannot read: the whole batch fails so that
+    /// Lambda delivers it again.
+    #[cfg(feature = "dynamodb-streams")]
+    #[error("{0}; the batch fails so that Lambda delivers it again")]
+    Change(crate::dynamodb_streams::ChangeError),
 }
 
 impl From<ProcessError> for Diagnostic {

@@ -59,9 +59,7 @@ impl Row {
     /// ```
     #[must_use]
     pub fn key(&self) -> Option<LeaseKey> {
-        self.lease_key
-            .split_once(':')
-            .map(|(stream, shard)| LeaseKey::new(stream, shard))
+        LeaseKey::parse(&self.lease_key)
     }
 }
 
