@@ -69,6 +69,9 @@ pub enum MalformedReason {
     /// `kinesis.sequenceNumber` is not a sequence number.
     #[error("kinesis.sequenceNumber is not a sequence number: {0}")]
     Sequence(SequenceError),
+    /// A `DynamoDB` stream change that is not JSON or has no `dynamodb.SequenceNumber`.
+    #[error("the DynamoDB stream change has no readable dynamodb.SequenceNumber: {0}")]
+    Change(String),
 }
 
 impl MalformedRecord {

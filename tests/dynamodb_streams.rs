@@ -1,6 +1,6 @@
-//! DynamoDB Streams end to end on DynamoDB Local: a table's changes read through the real SDK
+//! `DynamoDB` Streams end to end on `DynamoDB` Local: a table's changes read through the real SDK
 //! and delivered as Lambda's tumbling-window events, to a processor whose leases, checkpoints
-//! and effects live in the same server, and whose gate asks DynamoDB Streams for the parents.
+//! and effects live in the same server, and whose gate asks `DynamoDB` Streams for the parents.
 
 mod common;
 #[path = "common/dynamodb_local.rs"]
@@ -23,19 +23,19 @@ use serde_json::Value;
 
 /// One order change as the handler reads it from the change's JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Order {
+struct Change {
     event: String,
-    order_id: String,
+    order: String,
     amount_cents: Option<i64>,
     fail: bool,
 }
 
-fn order(record: &Record) -> Order {
+fn change(record: &Record) -> Change {
     let change: Value = serde_json::from_slice(record.data()).expect("the change's JSON");
     let image = &change["dynamodb"]["NewImage"];
-    Order {
+    Change {
         event: change["eventName"].as_str().unwrap_or_default().to_owned(),
-        order_id: change["dynamodb"]["Keys"]["order_id"]["S"]
+        order: change["dynamodb"]["Keys"]["order_id"]["S"]
             .as_str()
             .unwrap_or_default()
             .to_owned(),
@@ -46,7 +46,7 @@ fn order(record: &Record) -> Order {
     }
 }
 
-/// A DynamoDB Local with an orders table whose stream shows new images, and a lease table.
+/// A `DynamoDB` Local with an orders table whose stream shows new images, and a lease table.
 struct Setup {
     local: DynamoDbLocal,
     config: aws_config::SdkConfig,
@@ -122,16 +122,15 @@ impl Setup {
     }
 }
 
+/// An invocation with a minute to run.
 fn context(request: &str) -> lambda_runtime::Context {
-    let mut context = lambda_runtime::Context::default();
-    context.request_id = request.to_owned();
-    context
+    common::context(request, 60_000)
 }
 
 /// A handler that notes every order change it sees, in order, and fails a marked one.
-fn noting(seen: Arc<Mutex<Vec<Order>>>) -> impl Fn(Record) -> std::future::Ready<Outcome> + Clone {
+fn noting(seen: Arc<Mutex<Vec<Change>>>) -> impl Fn(Record) -> std::future::Ready<Outcome> + Clone {
     move |record: Record| {
-        let order = order(&record);
+        let order = change(&record);
         let fail = order.fail;
         seen.lock().unwrap().push(order);
         std::future::ready(if fail {
@@ -149,7 +148,7 @@ async fn a_shards_changes_are_handled_once_in_order_and_a_redelivery_handles_not
     setup.put("A-1", 250, false).await;
     setup.put("B-1", 300, false).await;
     let shard = shards(&setup.streams, &setup.arn).await.remove(0).0;
-    let seen: Arc<Mutex<Vec<Order>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Change>>> = Arc::default();
     let processor = Processor::new(setup.leases(), noting(seen.clone())).gate(setup.gate());
 
     let answer = processor
@@ -166,7 +165,7 @@ async fn a_shards_changes_are_handled_once_in_order_and_a_redelivery_handles_not
         .lock()
         .unwrap()
         .iter()
-        .map(|o| (o.order_id.clone(), o.amount_cents))
+        .map(|o| (o.order.clone(), o.amount_cents))
         .collect();
     assert_eq!(
         amounts,
@@ -204,7 +203,7 @@ async fn a_child_shard_waits_until_its_parent_is_done_as_describe_stream_tells()
         .expect("a child of the first shard")
         .0
         .clone();
-    let seen: Arc<Mutex<Vec<Order>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Change>>> = Arc::default();
     let processor = Processor::new(setup.leases(), noting(seen.clone())).gate(setup.gate());
 
     // The child first: held, its first change reported, nothing handled.
@@ -248,7 +247,7 @@ async fn a_change_that_keeps_failing_is_dead_lettered_with_its_keys_image_and_ev
     setup.put("B-1", 5, true).await;
     setup.put("C-1", 700, false).await;
     let shard = shards(&setup.streams, &setup.arn).await.remove(0).0;
-    let seen: Arc<Mutex<Vec<Order>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Change>>> = Arc::default();
     let letters = Arc::new(MemoryDeadLetters::new());
     let processor = Processor::new(setup.leases(), noting(seen.clone()))
         .gate(setup.gate())
@@ -275,7 +274,7 @@ async fn a_change_that_keeps_failing_is_dead_lettered_with_its_keys_image_and_ev
         .lock()
         .unwrap()
         .iter()
-        .map(|o| o.order_id.clone())
+        .map(|o| o.order.clone())
         .collect();
     assert_eq!(
         ids,
@@ -295,11 +294,11 @@ async fn a_transactional_handler_applies_each_change_once_with_the_checkpoint() 
     let shard = shards(&setup.streams, &setup.arn).await.remove(0).0;
     let table = totals.clone();
     let processor = Processor::transactional(setup.leases(), move |record: Record| {
-        let order = order(&record);
+        let order = change(&record);
         let write = Write::update(
             Update::builder()
                 .table_name(&table)
-                .key("order_id", AttributeValue::S(order.order_id))
+                .key("order_id", AttributeValue::S(order.order))
                 .update_expression("ADD #total :amount, changes :one")
                 .expression_attribute_names("#total", "total")
                 .expression_attribute_values(

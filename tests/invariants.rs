@@ -66,6 +66,8 @@
 
 mod common;
 // Not in `common`: the function crates that share it build no KPL encoder.
+#[path = "invariants/dynamodb.rs"]
+mod dynamodb;
 #[path = "invariants/holder.rs"]
 mod holder;
 #[path = "common/kpl.rs"]
@@ -329,6 +331,8 @@ struct Harness {
     pauses: bool,
     /// Every event of one shard is read in chunks.
     chunked: bool,
+    /// Each batch goes as a `DynamoDB` stream's window event (`dynamodb.rs`).
+    dynamodb: bool,
     rng: Mutex<Rng>,
 }
 
@@ -511,7 +515,12 @@ impl Function for Harness {
                             () = pause.begin.notified() => {}
                             () = finished.notified() => return,
                         }
-                        let key = kinesis_checkpoint::LeaseKey::new("orders", shard.as_str());
+                        let stream = if self.dynamodb {
+                            dynamodb::ARN
+                        } else {
+                            "orders"
+                        };
+                        let key = kinesis_checkpoint::LeaseKey::new(stream, shard.as_str());
                         for _ in 0..500 {
                             let now = self.shared.clock.now_millis();
                             let row = self.store.read(&key).await;
@@ -547,6 +556,17 @@ impl Function for Harness {
             // The mode is the builder's type: only the shard mode has a lease to set.
             let batch = async {
                 match self.mode {
+                    Mode::Shard if self.dynamodb => {
+                        let handler = move |record: Record| handler(dynamodb::original(&record));
+                        let sink = Arc::new(dynamodb::Unwrapping(sink));
+                        let processor = Processor::new(store, handler)
+                            .lease_ttl(self.lease_ttl)
+                            .clock_skew(Duration::from_millis(self.skew_ms));
+                        let event = dynamodb::through_window(&event);
+                        self.configured(processor, sink)
+                            .process_batch(event, &context)
+                            .await
+                    }
                     Mode::Shard => {
                         let processor = Processor::new(store, handler)
                             .lease_ttl(self.lease_ttl)
@@ -825,6 +845,9 @@ struct Scenario {
     /// Every event of one shard is read in chunks (`Processor::read_in_chunks_above(0)`), as
     /// only events of more than 2 MB are by default: the scenarios' batches are far smaller.
     chunked: bool,
+    /// Batches go as a `DynamoDB` stream's window events (shard mode; no KPL, no merge, no
+    /// discards: a `DynamoDB` shard has one parent, and nothing reads a skipped range back).
+    dynamodb: bool,
 }
 
 impl Scenario {
@@ -892,6 +915,10 @@ impl Scenario {
             || (partition_keys && Rng::new(seed ^ 0x5EED_4E75).chance(0.3));
         // Drawn apart, so that every other setting of a seed stays as it was.
         let lease_holder = partition_keys && Rng::new(seed ^ 0x0401_DE25).chance(0.3);
+        let dynamodb = !partition_keys
+            && !discards
+            && !seed_consumer
+            && Rng::new(seed ^ 0xDD_B5_7E).chance(0.25);
         Self {
             seed,
             shards: rng.within(1..4) as usize,
@@ -926,7 +953,7 @@ impl Scenario {
                 ChaosLevels::default()
             },
             fault_chance: if rng.chance(0.7) { 0.15 } else { 0.0 },
-            kpl: rng.chance(0.3),
+            kpl: rng.chance(0.3) && !dynamodb,
             seed_methods_only,
             max_attempts: rng.within(1..4) as u32,
             discards,
@@ -948,6 +975,7 @@ impl Scenario {
             letters: Letters::draw(seed),
             // Drawn apart, so that every other setting of a seed stays as it was.
             chunked: Rng::new(seed ^ 0xC4_0C4E).chance(0.5),
+            dynamodb,
         }
     }
 
@@ -966,7 +994,7 @@ impl Scenario {
         let merge_at = rng
             .chance(0.5)
             .then(|| rng.below(self.records))
-            .filter(|_| reshards);
+            .filter(|_| reshards && !self.dynamodb);
         let mut children = None;
         let mut n = 0;
         while n < self.records {
@@ -1329,6 +1357,7 @@ async fn run(scenario: &Scenario, trace: Arc<Mutex<Vec<String>>>) -> Result<Coun
         lease_ttl: Duration::from_millis(150).max(Duration::from_millis(3 * scenario.skew_ms)),
         pauses: scenario.pauses,
         chunked: scenario.chunked,
+        dynamodb: scenario.dynamodb,
         lease_holder: scenario.lease_holder,
         running: Arc::default(),
         seed_consumer: scenario.seed_consumer.then(|| {
@@ -1549,7 +1578,8 @@ fn ended_unrecorded(report: &kinesis_checkpoint::BatchReport) -> bool {
     })
 }
 
-/// Notes, per invocation, the record its last careful mark pinned (see [`Journal`]).
+/// Notes, per invocation, the record its last careful mark pinned, and whether its last write
+/// (the one that releases the lease) did not land (see [`Journal`]).
 pub(crate) struct Pins(pub(crate) Arc<Shared>);
 
 impl Layer for Pins {
@@ -1573,7 +1603,20 @@ impl Layer for Pins {
                 .last_pinned
                 .insert(owner.to_owned(), position.to_string());
         }
-        next.run(call)
+        // A last write refused or failed leaves the row as the invocation's last mark left it:
+        // to the next claim, the invocation died running the record it had pinned.
+        let last = commit
+            .filter(|commit| !commit.keep_lease)
+            .and(call.owner().map(str::to_owned));
+        Box::pin(async move {
+            let answer = next.run(call).await;
+            if let Some(owner) = last
+                && !matches!(format!("{answer:?}").as_str(), "Ok(true)" | "Ok(Committed)")
+            {
+                self.0.journal.lock().unwrap().unrecorded_ends.insert(owner);
+            }
+            answer
+        })
     }
 }
 

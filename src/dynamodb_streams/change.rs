@@ -11,17 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// A change the processor cannot read, named by its stream, shard and place in the event.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "change {index} of shard {shard} of stream {stream} has no readable dynamodb.SequenceNumber: {reason}"
-)]
-pub struct ChangeError {
-    stream: String,
-    shard: String,
-    index: usize,
-    reason: String,
-}
+use crate::event::{MalformedReason, MalformedRecord};
 
 /// What the engine needs of a change; the rest stays in its JSON.
 #[derive(Deserialize)]
@@ -39,7 +29,7 @@ struct StreamRecord {
     approximate_creation_date_time: Option<f64>,
 }
 
-/// `sequence` without leading zeros. DynamoDB Local pads its numbers to 21 digits; without the
+/// `sequence` without leading zeros. `DynamoDB` Local pads its numbers to 21 digits; without the
 /// padding, numbers of any length compare as numbers do.
 pub(super) fn canonical(sequence: &str) -> &str {
     let digits = sequence.trim_start_matches('0');
@@ -56,12 +46,13 @@ pub(super) fn kinesis_record(
     arn: &str,
     shard: &str,
     index: usize,
-) -> Result<KinesisEventRecord, ChangeError> {
-    let change: Change = serde_json::from_str(raw.get()).map_err(|error| ChangeError {
-        stream: arn.to_owned(),
-        shard: shard.to_owned(),
+) -> Result<KinesisEventRecord, MalformedRecord> {
+    let change: Change = serde_json::from_str(raw.get()).map_err(|error| MalformedRecord {
         index,
-        reason: error.to_string(),
+        stream: Some(arn.to_owned()),
+        shard: Some(shard.to_owned()),
+        sequence: None,
+        reason: MalformedReason::Change(error.to_string()),
     })?;
     let StreamRecord {
         sequence_number,
@@ -72,7 +63,7 @@ pub(super) fn kinesis_record(
         .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
         .map_or(Duration::ZERO, Duration::from_secs_f64);
     let mut kinesis = KinesisRecord::default();
-    kinesis.sequence_number = canonical(&sequence_number).to_owned();
+    canonical(&sequence_number).clone_into(&mut kinesis.sequence_number);
     // Sorted by attribute name (a `BTreeMap`): one item, one partition key, whatever order the
     // stream wrote its keys in.
     kinesis.partition_key = serde_json::to_string(&keys).unwrap_or_default();

@@ -29,7 +29,6 @@ use lambda_runtime::{Context, LambdaEvent, Service};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-pub use self::change::ChangeError;
 pub use self::topology::DynamoDbStreamsTopology;
 use crate::Handler;
 use crate::processor::{ProcessError, Processor, ShardMode};
@@ -129,7 +128,7 @@ impl<H: Handler> Processor<H, ShardMode> {
     ///
     /// [`ProcessError::NotAWindowEvent`] when the event has changes but names no shard or
     /// stream (the mapping sets no tumbling window); [`ProcessError::Unreportable`] when a change
-    /// has no usable sequence number. Either way Lambda delivers the batch again.
+    /// has no readable sequence number. Either way Lambda delivers the batch again.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -206,7 +205,7 @@ impl WindowEvent {
             .enumerate()
             .map(|(index, raw)| change::kinesis_record(raw, &arn, &shard, index))
             .collect::<Result<_, _>>()
-            .map_err(ProcessError::Change)?;
+            .map_err(ProcessError::Unreportable)?;
         Ok(kinesis)
     }
 }

@@ -16,7 +16,8 @@ pub const MAX_ACTIONS: usize = 100;
 /// The most bytes `TransactWriteItems` takes (4 MB).
 pub const MAX_BYTES: usize = 4 * 1024 * 1024;
 
-/// What a transaction has room for besides the checkpoint's action.
+/// What a transaction has room for besides the checkpoint's action; also what one row's
+/// update takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Room {
     pub(crate) actions: usize,
@@ -24,6 +25,12 @@ pub(crate) struct Room {
 }
 
 impl Room {
+    /// No room: what a record whose row is already in the chunk adds to it.
+    pub(crate) const NONE: Self = Self {
+        actions: 0,
+        bytes: 0,
+    };
+
     /// The room left beside a checkpoint action of `checkpoint_bytes`.
     pub(crate) const fn beside(checkpoint_bytes: usize) -> Self {
         Self {
@@ -31,6 +38,13 @@ impl Room {
             bytes: MAX_BYTES.saturating_sub(checkpoint_bytes),
         }
     }
+
+    /// A whole transaction: the rows' updates are counted with the records'
+    /// ([`next_chunk`]'s `row`).
+    pub(crate) const WHOLE: Self = Self {
+        actions: MAX_ACTIONS,
+        bytes: MAX_BYTES,
+    };
 }
 
 /// Why one record's writes can never commit in one transaction with the checkpoint.
@@ -56,8 +70,14 @@ pub enum TooLarge {
 }
 
 /// How many of `records` (at least one) the next transaction takes, in order; `Err` when the
-/// first alone can never fit.
-pub(crate) fn next_chunk(records: &[Option<&Writes>], room: Room) -> Result<usize, TooLarge> {
+/// first alone can never fit. `row` says what each record adds beside its writes: the update
+/// of its row, when the chunk does not hold that row yet (the partition-key mode's rows);
+/// [`Room::NONE`] when the chunk's one row is reserved in `room` (the shard mode's).
+pub(crate) fn next_chunk(
+    records: &[Option<&Writes>],
+    room: Room,
+    mut row: impl FnMut(usize) -> Room,
+) -> Result<usize, TooLarge> {
     let mut actions = 0;
     let mut bytes = 0;
     let mut items: HashSet<&ItemId> = HashSet::new();
@@ -65,8 +85,9 @@ pub(crate) fn next_chunk(records: &[Option<&Writes>], room: Room) -> Result<usiz
         let Some(writes) = writes else {
             continue;
         };
-        let more_actions = writes.len();
-        let more_bytes = writes.bytes();
+        let extra = row(index);
+        let more_actions = writes.len() + extra.actions;
+        let more_bytes = writes.bytes() + extra.bytes;
         let mut own: HashSet<&ItemId> = HashSet::new();
         let mut twice = None;
         for write in *writes {
@@ -85,9 +106,9 @@ pub(crate) fn next_chunk(records: &[Option<&Writes>], room: Room) -> Result<usiz
             return Err(if let Some(item) = twice {
                 TooLarge::SameItem(item.clone())
             } else if more_actions > room.actions {
-                TooLarge::Actions(more_actions)
+                TooLarge::Actions(writes.len())
             } else {
-                TooLarge::Bytes(more_bytes)
+                TooLarge::Bytes(writes.bytes())
             });
         }
         actions += more_actions;
@@ -152,9 +173,9 @@ mod tests {
     fn ninety_nine_single_write_records_fill_a_transaction_beside_the_checkpoint() {
         let records: Vec<Writes> = (0..250).map(|i| one("t", &i.to_string())).collect();
         let refs: Vec<Option<&Writes>> = records.iter().map(Some).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(99));
-        assert_eq!(next_chunk(&refs[99..], ROOM), Ok(99));
-        assert_eq!(next_chunk(&refs[198..], ROOM), Ok(52));
+        assert_eq!(next_chunk(&refs, ROOM, |_| Room::NONE), Ok(99));
+        assert_eq!(next_chunk(&refs[99..], ROOM, |_| Room::NONE), Ok(99));
+        assert_eq!(next_chunk(&refs[198..], ROOM, |_| Room::NONE), Ok(52));
     }
 
     #[test]
@@ -163,13 +184,17 @@ mod tests {
             .map(|i| (i % 4 == 0).then(|| one("t", &i.to_string())))
             .collect();
         let refs: Vec<Option<&Writes>> = records.iter().map(Option::as_ref).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(300), "75 writes");
+        assert_eq!(
+            next_chunk(&refs, ROOM, |_| Room::NONE),
+            Ok(300),
+            "75 writes"
+        );
         let records: Vec<Option<Writes>> = (0..300)
             .map(|i| (i % 3 == 0).then(|| one("t", &i.to_string())))
             .collect();
         let refs: Vec<Option<&Writes>> = records.iter().map(Option::as_ref).collect();
         assert_eq!(
-            next_chunk(&refs, ROOM),
+            next_chunk(&refs, ROOM, |_| Room::NONE),
             Ok(297),
             "the 100th write, record 297, waits"
         );
@@ -179,12 +204,12 @@ mod tests {
     fn a_chunk_ends_before_a_record_that_touches_an_item_already_in_it() {
         let records = [one("t", "a"), one("t", "b"), one("t", "a"), one("t", "c")];
         let refs: Vec<Option<&Writes>> = records.iter().map(Some).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(2));
-        assert_eq!(next_chunk(&refs[2..], ROOM), Ok(2));
+        assert_eq!(next_chunk(&refs, ROOM, |_| Room::NONE), Ok(2));
+        assert_eq!(next_chunk(&refs[2..], ROOM, |_| Room::NONE), Ok(2));
         // The same key in another table is another item.
         let records = [one("t", "a"), one("u", "a")];
         let refs: Vec<Option<&Writes>> = records.iter().map(Some).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(2));
+        assert_eq!(next_chunk(&refs, ROOM, |_| Room::NONE), Ok(2));
     }
 
     #[test]
@@ -194,31 +219,35 @@ mod tests {
             .map(|i| Writes::from(update("t", &i.to_string(), big)))
             .collect();
         let refs: Vec<Option<&Writes>> = records.iter().map(Some).collect();
-        assert_eq!(next_chunk(&refs, ROOM), Ok(2));
+        assert_eq!(next_chunk(&refs, ROOM, |_| Room::NONE), Ok(2));
     }
 
     #[test]
     fn a_record_that_breaks_a_limit_alone_is_refused_with_the_limit_it_breaks() {
         let many: Writes = (0..100).map(|i| update("t", &i.to_string(), 0)).collect();
         assert_eq!(
-            next_chunk(&[Some(&many)], ROOM),
+            next_chunk(&[Some(&many)], ROOM, |_| Room::NONE),
             Err(TooLarge::Actions(100))
         );
         let twice: Writes = [update("t", "a", 0), update("t", "a", 0)]
             .into_iter()
             .collect();
-        let Err(TooLarge::SameItem(item)) = next_chunk(&[Some(&twice)], ROOM) else {
+        let Err(TooLarge::SameItem(item)) = next_chunk(&[Some(&twice)], ROOM, |_| Room::NONE)
+        else {
             panic!("two actions on one item");
         };
         assert_eq!(item.to_string(), "t {id = \"a\"}");
         let huge = Writes::from(update("t", "a", MAX_BYTES));
         assert!(matches!(
-            next_chunk(&[Some(&huge)], ROOM),
+            next_chunk(&[Some(&huge)], ROOM, |_| Room::NONE),
             Err(TooLarge::Bytes(_))
         ));
         // Behind another record, the same record only ends the chunk.
         let fine = one("t", "z");
-        assert_eq!(next_chunk(&[Some(&fine), Some(&many)], ROOM), Ok(1));
+        assert_eq!(
+            next_chunk(&[Some(&fine), Some(&many)], ROOM, |_| Room::NONE),
+            Ok(1)
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod ordered;
 mod partition_key;
 mod ready;
 mod recovery;
+mod refused;
 mod settings;
 mod shard;
 mod shard_lease;

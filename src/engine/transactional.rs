@@ -15,7 +15,7 @@
 //!
 //! A write refused by its own condition cancels its transaction, so nothing of it lands. The
 //! record it belongs to is that failure: the chunk is cut before it and sent again, and the
-//! record is treated as its [`OnConditionFailed`] says, through the attempt runner, like any
+//! record is treated as its [`OnConditionFailed`](crate::effects::OnConditionFailed) says, through the attempt runner, like any
 //! failure: retried (reported, its attempts counted, dead-lettered once out of them) or
 //! rejected (dead-lettered, and the records after it go on). A record whose writes break a
 //! limit on their own can never commit and is rejected the same way.
@@ -29,9 +29,8 @@ use std::collections::BTreeMap;
 use super::attempt::{Failing, Runner};
 use super::batch::{Entry, prior, settled};
 use super::ordered::{self, Committed, Dispatched};
-use crate::effects::{
-    ConditionFailed, OnConditionFailed, Room, TooLarge, Write, Writes, next_chunk, token,
-};
+use super::refused::refusal;
+use crate::effects::{Room, TooLarge, Write, Writes, next_chunk, token};
 use crate::handler::Handler;
 use crate::key::LeaseKey;
 use crate::report::{Disposition, StopReason};
@@ -67,13 +66,7 @@ pub(crate) async fn commit<H: Handler>(
     mut dispatched: Dispatched,
     last: &(dyn Fn(&Dispatched) -> (Option<Position>, Commit) + Sync),
 ) -> Committed {
-    let Shard {
-        key,
-        owner,
-        state,
-        pending,
-        ..
-    } = *shard;
+    let Shard { state, pending, .. } = *shard;
     let mut done = dispatched.done_through.as_ref().map_or(0, |through| {
         pending.partition_point(|entry| entry.cmp_position(through).is_le())
     });
@@ -86,122 +79,104 @@ pub(crate) async fn commit<H: Handler>(
     let mut revision = 0_u32;
     // Whether a chunk committed moved the row's `reported` (see `outstanding_after`).
     let mut moved_reported = false;
-    loop {
-        let mut chunk = match plan(shard, &staged, (start, done), &dispatched, last) {
-            Ok(chunk) if chunk.is_last && moved_reported => {
-                let mut chunk = chunk;
-                restored(state, &mut chunk.commit.reported);
-                chunk
-            }
-            Ok(chunk) => chunk,
-            Err(too_large) => {
-                // Alone it breaks a limit: it can never commit.
-                staged.remove(&pending[start].position());
-                let reason = StopReason::Rejected(too_large.to_string());
-                let known = state.failing.as_ref();
-                let cut = refuse(
-                    runner,
-                    &mut dispatched,
-                    pending,
-                    (start, known),
-                    reason,
-                    true,
-                );
-                if let Some(cut) = cut.await {
-                    done = cut;
+    'chunks: loop {
+        let (index, reason, rejected) = 'refused: {
+            match plan(shard, &staged, (start, done), &dispatched, last) {
+                Err(too_large) => {
+                    // Alone it breaks a limit: it can never commit.
+                    staged.remove(&pending[start].position());
+                    (start, StopReason::Rejected(too_large.to_string()), true)
                 }
-                revision += 1;
-                continue;
+                Ok(mut chunk) => {
+                    if chunk.is_last && moved_reported {
+                        restored(state, &mut chunk.commit.reported);
+                    }
+                    let sets_reported = matches!(chunk.commit.reported, ReportedChange::Set(_));
+                    let stop = match send(runner, shard, chunk.transaction(shard, start, revision))
+                        .await
+                    {
+                        Ok(Transacted::Committed) if chunk.is_last => {
+                            let Dispatched {
+                                dispositions,
+                                stopped,
+                                ..
+                            } = dispatched;
+                            return (dispositions, stopped, chunk.progress.or(checkpointed));
+                        }
+                        Ok(Transacted::Committed) => {
+                            checkpointed = chunk.progress;
+                            start = chunk.end;
+                            moved_reported |= sets_reported;
+                            continue 'chunks;
+                        }
+                        Ok(Transacted::Refused { action, reason }) => {
+                            let entries = (shard.pending, shard.key);
+                            break 'refused refusal(
+                                entries,
+                                &mut staged,
+                                &chunk.owners,
+                                action,
+                                &reason,
+                            );
+                        }
+                        Ok(Transacted::Fenced) => StopReason::CheckpointFenced,
+                        Err(error) => StopReason::CheckpointFailed(error.to_string()),
+                    };
+                    let stopped = (start, checkpointed);
+                    return give_up(runner, shard, dispatched, last, stopped, stop).await;
+                }
             }
         };
-        let sets_reported = matches!(chunk.commit.reported, ReportedChange::Set(_));
-        let reason = match send(runner, shard, chunk.transaction(shard, start, revision)).await {
-            Ok(Transacted::Committed) if chunk.is_last => {
-                let Dispatched {
-                    dispositions,
-                    stopped,
-                    ..
-                } = dispatched;
-                return (dispositions, stopped, chunk.progress.or(checkpointed));
-            }
-            Ok(Transacted::Committed) => {
-                checkpointed = chunk.progress;
-                start = chunk.end;
-                moved_reported |= sets_reported;
-                continue;
-            }
-            Ok(Transacted::Refused { action, reason }) => {
-                let (index, reason, rejected) =
-                    refusal(shard, &mut staged, &chunk.owners, action, &reason);
-                let known = state.failing.as_ref();
-                let cut = refuse(
-                    runner,
-                    &mut dispatched,
-                    pending,
-                    (index, known),
-                    reason,
-                    rejected,
-                );
-                if let Some(cut) = cut.await {
-                    done = cut;
-                }
-                revision += 1;
-                continue;
-            }
-            Ok(Transacted::Fenced) => StopReason::CheckpointFenced,
-            Err(error) => StopReason::CheckpointFailed(error.to_string()),
-        };
-        tracing::error!(
-            stream = key.stream(),
-            shard = key.shard(),
-            checkpoint = checkpointed.as_ref().map(tracing::field::display),
-            %reason,
-            "could not commit the records' writes with the checkpoint; reporting from the first record not committed"
+        let known = state.failing.as_ref();
+        let cut = refuse(
+            runner,
+            &mut dispatched,
+            pending,
+            (index, known),
+            reason,
+            rejected,
         );
-        if matches!(reason, StopReason::CheckpointFailed(_)) {
-            // The lease is still ours (kept for the next chunk, or the last one's release
-            // did not land): let it go, so that the redelivery need not wait for it to lapse.
-            // The failing record goes with it: a careful run's pin of a record it never ran
-            // must not stay counted.
-            let failing = last(&dispatched).1.failing;
-            release(runner, key, owner, failing).await;
+        if let Some(cut) = cut.await {
+            done = cut;
         }
-        let Dispatched {
-            mut dispositions,
-            stopped,
-            ..
-        } = dispatched;
-        let stopped = ordered::unrecorded(&mut dispositions, start, stopped, reason);
-        return (dispositions, stopped, checkpointed);
+        revision += 1;
     }
 }
 
-/// The record whose write at `action` of the chunk (whose writes belong to `owners`) its
-/// condition refused, as the store said (`reason`): its index, why it failed (naming the
-/// table, the key and the condition) and whether it is rejected. Its writes are dropped.
-fn refusal(
+/// The commit stopped at the chunk from `start` (`reason`), the checkpoint where the chunks
+/// before it left it: the records from `start` on are reported as not recorded, and the lease
+/// is let go when the store failed (it is still ours).
+async fn give_up<H: Handler>(
+    runner: &Runner<'_, H>,
     shard: &Shard<'_>,
-    staged: &mut BTreeMap<Position, Writes>,
-    owners: &[usize],
-    action: usize,
-    reason: &str,
-) -> (usize, StopReason, bool) {
-    let index = owners[action];
-    let entry = &shard.pending[index];
-    let writes = staged.remove(&entry.position()).unwrap_or_default();
-    let first_of_record = owners.partition_point(|owner| *owner < index);
-    let refused = writes.iter().nth(action - first_of_record).map_or_else(
-        || ConditionFailed::new(&shard.key.to_string(), None, reason),
-        |write| ConditionFailed::of(write, reason),
+    dispatched: Dispatched,
+    last: &(dyn Fn(&Dispatched) -> (Option<Position>, Commit) + Sync),
+    (start, checkpointed): (usize, Option<Position>),
+    reason: StopReason,
+) -> Committed {
+    let key = shard.key;
+    tracing::error!(
+        stream = key.stream(),
+        shard = key.shard(),
+        checkpoint = checkpointed.as_ref().map(tracing::field::display),
+        %reason,
+        "could not commit the records' writes with the checkpoint; reporting from the first record not committed"
     );
-    tracing::warn!(sequence = %entry.sequence(), %refused, "a record's write was refused by its condition; nothing of its transaction landed");
-    let rejected = writes.condition_failed() == OnConditionFailed::Reject;
-    let reason = if rejected {
-        StopReason::Rejected(refused.to_string())
-    } else {
-        StopReason::Retry(refused.to_string())
-    };
-    (index, reason, rejected)
+    if matches!(reason, StopReason::CheckpointFailed(_)) {
+        // The lease is still ours (kept for the next chunk, or the last one's release did not
+        // land): let it go, so that the redelivery need not wait for it to lapse. The failing
+        // record goes with it: a careful run's pin of a record it never ran must not stay
+        // counted.
+        let failing = last(&dispatched).1.failing;
+        release(runner, key, shard.owner, failing).await;
+    }
+    let Dispatched {
+        mut dispositions,
+        stopped,
+        ..
+    } = dispatched;
+    let stopped = ordered::unrecorded(&mut dispositions, start, stopped, reason);
+    (dispositions, stopped, checkpointed)
 }
 
 /// The next transaction: the records from `start` that fit, their writes and the lease row's
@@ -257,7 +232,7 @@ fn plan(
         .iter()
         .map(|entry| staged.get(&entry.position()))
         .collect();
-    let len = next_chunk(&writes_of, Room::beside(LEASE_ACTION_BYTES))?;
+    let len = next_chunk(&writes_of, Room::beside(LEASE_ACTION_BYTES), |_| Room::NONE)?;
     let end = start + len;
     let is_last = end == done;
     let (progress, commit) = if is_last {

@@ -132,11 +132,6 @@ pub enum ProcessError {
         "the DynamoDB stream event names no shard: set TumblingWindowInSeconds on the event source mapping (900 is fine); nothing was processed"
     )]
     NotAWindowEvent,
-    /// A `DynamoDB` stream change the processor cannot read: the whole batch fails so that
-    /// Lambda delivers it again.
-    #[cfg(feature = "dynamodb-streams")]
-    #[error("{0}; the batch fails so that Lambda delivers it again")]
-    Change(crate::dynamodb_streams::ChangeError),
 }
 
 impl From<ProcessError> for Diagnostic {

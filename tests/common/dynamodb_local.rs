@@ -1,9 +1,9 @@
-//! DynamoDB Local, started by the tests on 127.0.0.1 with a control port that rolls stream
-//! shards over (`tests/support/DynamoDbLocal.java`), and a stand-in for Lambda's DynamoDB
+//! `DynamoDB` Local, started by the tests on 127.0.0.1 with a control port that rolls stream
+//! shards over (`tests/support/DynamoDbLocal.java`), and a stand-in for Lambda's `DynamoDB`
 //! mapping: it reads a shard's changes through the real SDK and hands them over as the
 //! tumbling-window event Lambda sends.
 //!
-//! Not part of `common`: only the DynamoDB Streams tests need its SDK crate.
+//! Not part of `common`: only the `DynamoDB` Streams tests need its SDK crate.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,7 +16,7 @@ use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-/// A running DynamoDB Local.
+/// A running `DynamoDB` Local.
 pub struct DynamoDbLocal {
     /// `http://127.0.0.1:PORT`.
     pub endpoint: String,
@@ -106,7 +106,7 @@ impl DynamoDbLocal {
         }
     }
 
-    /// Closes every stream's open shard and opens its child, as DynamoDB does every few hours.
+    /// Closes every stream's open shard and opens its child, as `DynamoDB` does every few hours.
     pub fn rollover(&self) {
         let mut control = TcpStream::connect(("127.0.0.1", self.control)).unwrap();
         control
@@ -221,7 +221,7 @@ fn lambda_json(record: &Record, arn: &str) -> Value {
     dynamodb.insert("SizeBytes".into(), json!(stream.size_bytes()));
     json!({
         "eventID": record.event_id(),
-        "eventName": record.event_name().map(|name| name.as_str()),
+        "eventName": record.event_name().map(aws_sdk_dynamodbstreams::types::OperationType::as_str),
         "eventVersion": record.event_version(),
         "eventSource": "aws:dynamodb",
         "awsRegion": record.aws_region(),
@@ -230,7 +230,7 @@ fn lambda_json(record: &Record, arn: &str) -> Value {
     })
 }
 
-/// An attribute in DynamoDB's JSON.
+/// An attribute in `DynamoDB`'s JSON.
 fn attribute(value: &AttributeValue) -> Value {
     let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     match value {

@@ -32,13 +32,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::commits::{Batch, key_commits_of, write};
-use crate::effects::{
-    ConditionFailed, ItemId, MAX_ACTIONS, MAX_BYTES, OnConditionFailed, TooLarge, Write, Writes,
-    token,
-};
+use crate::effects::{MAX_ACTIONS, MAX_BYTES, Room, TooLarge, Write, Writes, next_chunk, token};
 use crate::engine::attempt::{Failing, Runner};
 use crate::engine::batch::Entry;
 use crate::engine::keyed::{self, State};
+use crate::engine::refused::refusal;
 use crate::handler::Handler;
 use crate::report::{Disposition, StopReason};
 use crate::sequence::Position;
@@ -139,8 +137,9 @@ pub(super) async fn commit<H: Handler>(
                 revision += 1;
             }
             Ok(RowsTransacted::Refused { action, reason }) => {
-                let index = chunk.owners[action];
-                let (reason, rejected) = refusal(batch, &mut staged, &chunk, action, &reason);
+                let entries = (batch.entries, batch.key);
+                let (index, reason, rejected) =
+                    refusal(entries, &mut staged, &chunk.owners, action, &reason);
                 fail(runner, batch, run, index, reason, rejected).await;
                 revision += 1;
             }
@@ -158,38 +157,6 @@ pub(super) async fn commit<H: Handler>(
             }
         }
     }
-}
-
-/// Why the record whose write at `action` of `chunk` its condition refused (as the store said,
-/// `reason`) failed, naming the table, the key and the condition, and whether it is rejected.
-/// Its writes are dropped.
-fn refusal(
-    batch: &Batch<'_>,
-    staged: &mut BTreeMap<Position, Writes>,
-    chunk: &Chunk,
-    action: usize,
-    reason: &str,
-) -> (StopReason, bool) {
-    let index = chunk.owners[action];
-    let first_of_record = chunk.owners.partition_point(|owner| *owner < index);
-    let entry = &batch.entries[index];
-    let writes = staged.remove(&entry.position()).unwrap_or_default();
-    let refused = writes.iter().nth(action - first_of_record).map_or_else(
-        || ConditionFailed::new(&batch.key.to_string(), None, reason),
-        |write| ConditionFailed::of(write, reason),
-    );
-    tracing::warn!(
-        sequence = %entry.sequence(),
-        %refused,
-        "a record's write was refused by its condition; nothing of its transaction landed"
-    );
-    let rejected = writes.condition_failed() == OnConditionFailed::Reject;
-    let reason = if rejected {
-        StopReason::Rejected(refused.to_string())
-    } else {
-        StopReason::Retry(refused.to_string())
-    };
-    (reason, rejected)
 }
 
 /// The records of the `refused` keys whose effect happened here but whose row did not land
@@ -300,10 +267,6 @@ impl Chunk {
 
 /// The next chunk of the `written` records (at least one): `Err` when the first alone, with its
 /// key's row, breaks a limit.
-#[allow(
-    clippy::too_many_lines,
-    reason = "one chunk's records, its rows and the rows riding along, planned together"
-)]
 fn plan(
     batch: &Batch<'_>,
     states: &[State],
@@ -312,49 +275,41 @@ fn plan(
     finals: &HashMap<String, KeyCommit>,
     bumps: &HashMap<String, u64>,
 ) -> Result<Chunk, TooLarge> {
-    let mut actions = 0;
-    let mut bytes = 0;
-    let mut items: HashSet<&ItemId> = HashSet::new();
+    let key_of = |index: usize| batch.entries[index].routing_key().unwrap_or_default();
+    let writes_of: Vec<Option<&Writes>> = written
+        .iter()
+        .map(|&index| Some(&staged[&batch.entries[index].position()]))
+        .collect();
+    // A record brings its key's row into the chunk, unless the chunk has it already.
+    let mut rows: HashSet<&str> = HashSet::new();
+    let taken = next_chunk(&writes_of, Room::WHOLE, |at| {
+        if rows.insert(key_of(written[at])) {
+            Room {
+                actions: 1,
+                bytes: ROW_ACTION_BYTES,
+            }
+        } else {
+            Room::NONE
+        }
+    })?;
     let mut keys: Vec<&str> = Vec::new();
-    let mut taken = 0;
-    for &index in written {
-        let entry = &batch.entries[index];
-        let partition_key = entry.routing_key().unwrap_or_default();
-        let writes = &staged[&entry.position()];
-        let new_key = !keys.contains(&partition_key);
-        let more_actions = writes.len() + usize::from(new_key);
-        let more_bytes = writes.bytes() + if new_key { ROW_ACTION_BYTES } else { 0 };
-        let mut own: HashSet<&ItemId> = HashSet::new();
-        let mut twice = None;
-        for write in writes {
-            if !own.insert(write.item()) {
-                twice.get_or_insert(write.item());
-            }
+    for &index in &written[..taken] {
+        if !keys.contains(&key_of(index)) {
+            keys.push(key_of(index));
         }
-        let fits = actions + more_actions <= MAX_ACTIONS
-            && bytes + more_bytes <= MAX_BYTES
-            && twice.is_none()
-            && own.is_disjoint(&items);
-        if !fits {
-            if taken > 0 {
-                break;
-            }
-            return Err(if let Some(item) = twice {
-                TooLarge::SameItem(item.clone())
-            } else if more_actions > MAX_ACTIONS {
-                TooLarge::Actions(writes.len())
-            } else {
-                TooLarge::Bytes(writes.bytes())
-            });
-        }
-        actions += more_actions;
-        bytes += more_bytes;
-        items.extend(own);
-        if new_key {
-            keys.push(partition_key);
-        }
-        taken += 1;
     }
+    let mut actions = keys.len()
+        + writes_of[..taken]
+            .iter()
+            .flatten()
+            .map(|w| w.len())
+            .sum::<usize>();
+    let mut bytes = keys.len() * ROW_ACTION_BYTES
+        + writes_of[..taken]
+            .iter()
+            .flatten()
+            .map(|w| w.bytes())
+            .sum::<usize>();
     let (inside, after) = written.split_at(taken);
     let mut rows = Vec::with_capacity(keys.len());
     let mut cuts = Vec::with_capacity(keys.len());
