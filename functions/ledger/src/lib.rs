@@ -26,6 +26,7 @@
 //! A payload that is not such JSON, or has an empty `order_id`, is rejected too.
 
 pub mod aws;
+pub mod changes;
 pub mod transactional;
 
 use std::collections::HashMap;

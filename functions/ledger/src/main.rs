@@ -4,7 +4,9 @@
 //! `MAX_ATTEMPTS` (default 3), `METRICS_NAMESPACE` (default `KinesisCheckpoint`),
 //! `STARTING_POSITION` (the mapping's, default `TRIM_HORIZON`: the parent gate's rule for
 //! parents it never saw), `CHECKPOINT_MODE` (`shard`, the default, for a mapping with
-//! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `LEASE_TTL_SECONDS` (shard mode:
+//! `ParallelizationFactor` 1; `partition-key` for 2 to 10), `EVENT_SOURCE` (`kinesis`, the
+//! default; `dynamodb-streams` for an orders table's stream through a mapping with
+//! `TumblingWindowInSeconds`: see `ledger::changes`), `LEASE_TTL_SECONDS` (shard mode:
 //! how long a crashed invocation holds its shard, default 30, never past its deadline and a
 //! second), `MAX_IN_FLIGHT` (records of
 //! different partition keys run at once, default 1: in order), and the SDK's own variables
@@ -24,17 +26,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kinesis_checkpoint::dynamodb_streams::DynamoDbStreamsTopology;
+use kinesis_checkpoint::gate::Topology;
 use kinesis_checkpoint::metrics::DEFAULT_NAMESPACE;
 use kinesis_checkpoint::processor::{CheckpointMode, ShardMode};
 use kinesis_checkpoint::{
     DynamoLeaseStore, Gate, Handler, KinesisTopology, Metrics, Mode, Processor, SqsDeadLetters,
     StartingPosition,
 };
+use lambda_runtime::{Diagnostic, LambdaEvent, Service};
 use ledger::transactional::LedgerMode;
 use ledger::{DynamoBook, required};
 
 fn main() -> Result<(), lambda_runtime::Error> {
-    runtime()?.block_on(serve())
+    runtime()?.block_on(start())
 }
 
 /// The tokio runtime: one thread when Lambda hands this process one invocation at a time (classic
@@ -56,7 +61,7 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-async fn serve() -> Result<(), lambda_runtime::Error> {
+async fn start() -> Result<(), lambda_runtime::Error> {
     ledger::init_logging();
     let config = ledger::aws::sdk_config(ledger::aws::Roots::from_env()).await;
     let leases = Arc::new(DynamoLeaseStore::new(&config, required("LEASE_TABLE")?));
@@ -66,27 +71,50 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
     let handler = ledger::handler(Arc::clone(&book));
     let mode: Mode =
         std::env::var("CHECKPOINT_MODE").map_or(Ok(Mode::Shard), |mode| mode.parse())?;
+    if std::env::var("EVENT_SOURCE").is_ok_and(|source| source == "dynamodb-streams") {
+        if mode != Mode::Shard {
+            return Err(
+                "EVENT_SOURCE=dynamodb-streams runs in the shard mode only: unset CHECKPOINT_MODE"
+                    .into(),
+            );
+        }
+        // The orders come from a table's stream, through tumbling-window events.
+        let topology = Arc::new(DynamoDbStreamsTopology::new(&config));
+        return match ledger_mode {
+            LedgerMode::Plain => {
+                let processor = Processor::new(leases, ledger::changes::orders(handler));
+                let processor = configured(lease_ttl(processor)?, &config, topology)?;
+                serve(processor.dynamodb_service()).await
+            }
+            LedgerMode::Transactional => {
+                let effects = ledger::changes::effects(ledger::transactional::handler(book, table));
+                let processor = Processor::transactional(leases, effects);
+                let processor = configured(lease_ttl(processor)?, &config, topology)?;
+                serve(processor.dynamodb_service()).await
+            }
+        };
+    }
+    let topology = Arc::new(KinesisTopology::new(&config));
     // The mode is the builder's type: the branch is taken once, here, and the settings both
     // modes share are applied by one function.
     match (mode, ledger_mode) {
         (Mode::Shard, LedgerMode::Plain) => {
-            run(lease_ttl(Processor::new(leases, handler))?, &config).await
+            let processor = lease_ttl(Processor::new(leases, handler))?;
+            serve(configured(processor, &config, topology)?.service()).await
         }
         (Mode::Shard, LedgerMode::Transactional) => {
             let handler = ledger::transactional::handler(book, table);
-            run(
-                lease_ttl(Processor::transactional(leases, handler))?,
-                &config,
-            )
-            .await
+            let processor = lease_ttl(Processor::transactional(leases, handler))?;
+            serve(configured(processor, &config, topology)?.service()).await
         }
         (Mode::PartitionKey, LedgerMode::Plain) => {
-            run(Processor::by_partition_key(leases, handler), &config).await
+            let processor = Processor::by_partition_key(leases, handler);
+            serve(configured(processor, &config, topology)?.service()).await
         }
         (Mode::PartitionKey, LedgerMode::Transactional) => {
             let handler = ledger::transactional::handler(book, table);
             let processor = Processor::transactional_by_partition_key(leases, handler);
-            run(processor, &config).await
+            serve(configured(processor, &config, topology)?.service()).await
         }
     }
 }
@@ -104,16 +132,18 @@ fn lease_ttl<H: Handler>(
     }
 }
 
-/// Applies the settings both modes share, from the environment, and serves the processor.
-async fn run<H: Handler, M: CheckpointMode>(
+/// Applies the settings both modes and both sources share, from the environment, with the
+/// gate asking `topology` for parents.
+fn configured<H: Handler, M: CheckpointMode>(
     processor: Processor<H, M>,
     config: &aws_config::SdkConfig,
-) -> Result<(), lambda_runtime::Error> {
+    topology: Arc<dyn Topology>,
+) -> Result<Processor<H, M>, lambda_runtime::Error> {
     let starting_position: StartingPosition = std::env::var("STARTING_POSITION")
         .map_or(Ok(StartingPosition::TrimHorizon), |position| {
             position.parse()
         })?;
-    let gate = Gate::new(Arc::new(KinesisTopology::new(config)), starting_position);
+    let gate = Gate::new(topology, starting_position);
     let max_in_flight: usize = std::env::var("MAX_IN_FLIGHT").map_or(Ok(1), |n| {
         n.parse()
             .map_err(|_| format!("MAX_IN_FLIGHT is a number of records, not '{n}'"))
@@ -132,8 +162,20 @@ async fn run<H: Handler, M: CheckpointMode>(
         processor =
             processor.max_attempts(attempts.parse().map_err(|_| "MAX_ATTEMPTS is a number")?);
     }
-    // One invocation at a time, as on classic Lambda, unless `AWS_LAMBDA_MAX_CONCURRENCY` (set
-    // by Lambda Managed Instances, or by `cargo lambda watch --concurrency N`) allows more: then
-    // that many at once in this process, each with its own lease owner (its request id).
-    lambda_runtime::run_concurrent(processor.service()).await
+    Ok(processor)
+}
+
+/// Serves `service`: one invocation at a time, as on classic Lambda, unless
+/// `AWS_LAMBDA_MAX_CONCURRENCY` (set by Lambda Managed Instances, or by `cargo lambda watch
+/// --concurrency N`) allows more: then that many at once in this process, each with its own
+/// lease owner (its request id).
+async fn serve<S, E, R>(service: S) -> Result<(), lambda_runtime::Error>
+where
+    S: Service<LambdaEvent<E>, Response = R> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Diagnostic> + std::fmt::Debug,
+    E: serde::de::DeserializeOwned + Send + 'static,
+    R: serde::Serialize + Send + 'static,
+{
+    lambda_runtime::run_concurrent(service).await
 }

@@ -1,0 +1,137 @@
+//! End to end from a `DynamoDB` table's stream: the `ledger` binary with
+//! `EVENT_SOURCE=dynamodb-streams`, run under `cargo lambda watch` against `DynamoDB` Local (the
+//! orders table and its stream, the lease table and the ledger table), invoked over HTTP with
+//! the tumbling-window events Lambda would send for the stream's shards.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+#[path = "../../../tests/common/dynamodb_local.rs"]
+mod dynamodb_local;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewType};
+use common::moto::{create_lease_table, create_table, sdk_config, unique};
+use common::root;
+use common::watch::Watched;
+use dynamodb_local::{DynamoDbLocal, changes, shards, window_event};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_rollover() {
+    let local = DynamoDbLocal::start();
+    let config = sdk_config(&local.endpoint, 3).await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let (orders, leases, ledger) = (unique("orders"), unique("leases"), unique("ledger"));
+    create_table(&config, &orders, "order_id").await;
+    create_lease_table(&config, &leases).await;
+    create_table(&config, &ledger, "order_id").await;
+    let arn = client
+        .update_table()
+        .table_name(&orders)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .table_description
+        .and_then(|table| table.latest_stream_arn)
+        .unwrap();
+    let put = |order: &'static str, cents: i64| {
+        client
+            .put_item()
+            .table_name(&orders)
+            .item("order_id", AttributeValue::S(order.to_owned()))
+            .item("amount_cents", AttributeValue::N(cents.to_string()))
+            .send()
+    };
+    put("A-1", 100).await.unwrap();
+    put("B-1", 40).await.unwrap();
+    local.rollover();
+    put("A-1", 250).await.unwrap();
+    client
+        .delete_item()
+        .table_name(&orders)
+        .key("order_id", AttributeValue::S("B-1".to_owned()))
+        .send()
+        .await
+        .unwrap();
+
+    let env = [
+        ("EVENT_SOURCE", "dynamodb-streams"),
+        ("LEASE_TABLE", leases.as_str()),
+        ("LEDGER_TABLE", ledger.as_str()),
+        ("AWS_ENDPOINT_URL", local.endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("RUST_LOG", "info"),
+    ];
+    let function = tokio::task::block_in_place(|| {
+        Watched::start(
+            Path::new(env!("CARGO_BIN_EXE_ledger")),
+            "_",
+            root().join("target/e2e-dynamodb.log"),
+            &env,
+        )
+    });
+    let streams = aws_sdk_dynamodbstreams::Client::new(&config);
+    let lineage = shards(&streams, &arn).await;
+    let (parent, child) = (lineage[0].0.clone(), lineage[1].0.clone());
+    assert_eq!(
+        lineage[1].1.as_deref(),
+        Some(parent.as_str()),
+        "{lineage:?}"
+    );
+    let event = |shard: String| {
+        let streams = streams.clone();
+        let arn = arn.clone();
+        async move { window_event(&arn, &shard, &changes(&streams, &arn, &shard).await) }
+    };
+
+    // The child first: it waits for its parent; then the parent, the child, and the parent
+    // again (a duplicate delivery).
+    let mut answers = Vec::new();
+    for shard in [&child, &parent, &child, &parent] {
+        let event = event(shard.clone()).await;
+        answers.push(tokio::task::block_in_place(|| function.invoke(&event)));
+    }
+    assert_eq!(
+        answers[0]["batchItemFailures"].as_array().map(Vec::len),
+        Some(1),
+        "{answers:?}"
+    );
+    for answer in &answers[1..] {
+        assert_eq!(
+            answer,
+            &serde_json::json!({"batchItemFailures": [], "state": {}})
+        );
+    }
+    let items = client.scan().table_name(&ledger).send().await.unwrap();
+    let totals: HashMap<String, (String, String)> = items
+        .items()
+        .iter()
+        .map(|item| {
+            let n = |name: &str| item[name].as_n().unwrap().clone();
+            (
+                item["order_id"].as_s().unwrap().clone(),
+                (n("total_cents"), n("applied")),
+            )
+        })
+        .collect();
+    assert_eq!(
+        totals,
+        HashMap::from([
+            ("A-1".to_owned(), ("350".to_owned(), "2".to_owned())),
+            ("B-1".to_owned(), ("40".to_owned(), "1".to_owned())),
+        ]),
+        "each insert applied once, the removal nothing"
+    );
+    drop(function);
+}
