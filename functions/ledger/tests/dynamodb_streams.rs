@@ -26,22 +26,7 @@ async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_
     create_table(&config, &orders, "order_id").await;
     create_lease_table(&config, &leases).await;
     create_table(&config, &ledger, "order_id").await;
-    let arn = client
-        .update_table()
-        .table_name(&orders)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewImage)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .table_description
-        .and_then(|table| table.latest_stream_arn)
-        .unwrap();
+    let arn = enable_stream(&client, &orders).await;
     let put = |order: &'static str, cents: i64| {
         client
             .put_item()
@@ -113,18 +98,7 @@ async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_
             &serde_json::json!({"batchItemFailures": [], "state": {}})
         );
     }
-    let items = client.scan().table_name(&ledger).send().await.unwrap();
-    let totals: HashMap<String, (String, String)> = items
-        .items()
-        .iter()
-        .map(|item| {
-            let n = |name: &str| item[name].as_n().unwrap().clone();
-            (
-                item["order_id"].as_s().unwrap().clone(),
-                (n("total_cents"), n("applied")),
-            )
-        })
-        .collect();
+    let totals = totals(&client, &ledger).await;
     assert_eq!(
         totals,
         HashMap::from([
@@ -134,4 +108,43 @@ async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_
         "each insert applied once, the removal nothing"
     );
     drop(function);
+}
+
+/// Turns on `table`'s stream of new images; returns its ARN.
+async fn enable_stream(client: &aws_sdk_dynamodb::Client, table: &str) -> String {
+    client
+        .update_table()
+        .table_name(table)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .table_description
+        .and_then(|table| table.latest_stream_arn)
+        .unwrap()
+}
+
+/// Every order of the ledger: its total and how many records were applied.
+async fn totals(
+    client: &aws_sdk_dynamodb::Client,
+    ledger: &str,
+) -> HashMap<String, (String, String)> {
+    let items = client.scan().table_name(ledger).send().await.unwrap();
+    items
+        .items()
+        .iter()
+        .map(|item| {
+            let n = |name: &str| item[name].as_n().unwrap().clone();
+            (
+                item["order_id"].as_s().unwrap().clone(),
+                (n("total_cents"), n("applied")),
+            )
+        })
+        .collect()
 }
