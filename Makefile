@@ -162,6 +162,11 @@ lint: $(MDBOOK)
 	  { echo 'a doctest includes a file by a relative path: use concat!(env!("CARGO_MANIFEST_DIR"), "/…")'; exit 1; }
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	# Every binary, the examples/ crates' functions among them. `--examples` resolves the
+	# dependencies' features with the dev-dependencies, as `make test` does: the two builds share them.
+	cargo build --workspace --bins --examples
+	@for readme in examples/*/README.md; do \
+	  test $$(wc -l < $$readme) -le 30 || { echo "$$readme is over 30 lines"; exit 1; }; done
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --examples $(DOC_BINS)
 	$(MDBOOK) build docs
 	@test $$(wc -l < README.md) -le 300 || { echo 'README.md is over 300 lines: move the detail to the guide'; exit 1; }
