@@ -82,3 +82,19 @@ fn a_reference_to_a_missing_resource_fails_validation() {
     assert!(!passed);
     assert!(said.contains("LedgerTabel"), "{said}");
 }
+
+#[test]
+fn every_examples_template_passes_validation() {
+    let mut templates: Vec<PathBuf> = std::fs::read_dir(root().join("examples"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("template.yaml"))
+        .filter(|template| template.exists())
+        .collect();
+    templates.sort();
+    assert!(templates.len() >= 7, "{templates:?}");
+    for template in templates {
+        let (passed, said) = validate(&template);
+        assert!(passed, "{}: {said}", template.display());
+    }
+}
