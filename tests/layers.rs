@@ -4,6 +4,8 @@
 //! they say.
 
 mod common;
+#[path = "common/every_field.rs"]
+mod every_field;
 #[path = "invariants/skew.rs"]
 mod skew;
 
@@ -16,7 +18,6 @@ use kinesis_checkpoint::BoxFuture;
 use kinesis_checkpoint::internal::{Call, Layer, Layered, Next};
 use kinesis_checkpoint::store::{CheckpointStore, LeaseError, SeedStore};
 use kinesis_checkpoint::{LeaseKey, MemoryLeaseStore};
-use kinesis_checkpoint_testing::every_field;
 
 #[tokio::test]
 async fn the_fault_layer_with_its_faults_off_hands_every_field_on() {

@@ -536,7 +536,3 @@ impl MemoryLeaseStore {
 #[cfg(feature = "dynamodb")]
 #[path = "memory_effects.rs"]
 mod effects;
-
-#[cfg(test)]
-#[path = "memory_tests.rs"]
-mod tests;

@@ -7,11 +7,9 @@
 //! | [`MemoryDeadLetters`] | a dead-letter sink that keeps whole letters in memory |
 //! | [`MemoryQueue`] | a queue in memory with SQS's rules, for the dead-letter redrive |
 //! | [`TokioClock`] | a clock on tokio's time, virtual under a paused runtime |
-//! | [`every_field`] | the check that a layered store hands every field of a write on |
 
 mod clock;
 mod dead_letters;
-pub mod every_field;
 pub mod local;
 
 pub use clock::TokioClock;

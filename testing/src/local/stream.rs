@@ -582,5 +582,17 @@ fn hash_key(partition_key: &str) -> u128 {
 }
 
 #[cfg(test)]
-#[path = "stream_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shards_divide_the_whole_hash_key_space_without_overlap() {
+        let stream = MemoryStream::new("orders", 3);
+        let state = stream.lock();
+        assert_eq!(state.shards[0].first, 0);
+        assert_eq!(state.shards[2].last, u128::MAX);
+        for pair in state.shards.windows(2) {
+            assert_eq!(pair[0].last + 1, pair[1].first);
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! The writes every layered store must hand to its inner store unchanged, checked field by
-//! field.
+//! field. Used by `tests/layers.rs`.
 //!
 //! A layer that rebuilds a write and forgets a field (the failing record, the records done
 //! above the checkpoint, the parents, the reported record, keeping the lease) loses it silently: nothing
@@ -24,19 +24,6 @@ fn at(sequence: &str) -> Position {
 /// Claims, commits, finishes, marks and writes rows through `store`, and checks that
 /// `inner`, the memory store behind it, holds every field each write carried; with the
 /// feature `dynamodb`, transactions too. Panics, naming the field, when one was lost.
-///
-/// ```
-/// use std::sync::Arc;
-///
-/// use kinesis_checkpoint::MemoryLeaseStore;
-/// use kinesis_checkpoint_testing::every_field;
-///
-/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// let inner = Arc::new(MemoryLeaseStore::new());
-/// // A layer under test would wrap `inner` here; the store alone passes trivially.
-/// every_field::reach(inner.as_ref(), &inner).await;
-/// # });
-/// ```
 pub async fn reach(store: &dyn CheckpointStore, inner: &MemoryLeaseStore) {
     claim_and_commit(store, inner).await;
     finish(store, inner).await;

@@ -1,6 +1,6 @@
-//! The memory stream's own tests.
+//! The memory stream's own tests: keys stay in their shard, splits and merges keep order.
 
-use super::*;
+use kinesis_checkpoint_testing::local::*;
 
 #[tokio::test]
 async fn records_of_one_key_stay_in_one_shard_until_it_splits() {
@@ -36,15 +36,4 @@ async fn a_closed_shard_ends_once_its_last_record_is_read() {
     assert!(read.ended);
     let partial = stream.read("shardId-000000000000", None, 1).await.unwrap();
     assert!(!partial.ended, "one record is still unread");
-}
-
-#[test]
-fn the_shards_divide_the_whole_hash_key_space_without_overlap() {
-    let stream = MemoryStream::new("orders", 3);
-    let state = stream.lock();
-    assert_eq!(state.shards[0].first, 0);
-    assert_eq!(state.shards[2].last, u128::MAX);
-    for pair in state.shards.windows(2) {
-        assert_eq!(pair[0].last + 1, pair[1].first);
-    }
 }
