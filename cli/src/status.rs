@@ -112,7 +112,7 @@ enum RowKind<'a> {
 
 impl<'a> RowKind<'a> {
     /// `stream:shard`, `stream:shard:key` or `stream:shard#...`: a shard id holds neither a `:`
-    /// nor a `#`; a stream name holds neither, but a DynamoDB stream's ARN holds colons.
+    /// nor a `#`; a stream name holds neither, but a `DynamoDB` stream's ARN holds colons.
     fn of(lease_key: &'a str) -> Self {
         let Some(key) = LeaseKey::parse(lease_key) else {
             return Self::Shard;
