@@ -237,6 +237,28 @@ pub(crate) fn group_event(
     }
 }
 
+/// The key each malformed record of `parsed` reports under (`None` for a well-formed one): its
+/// own, or its nearest readable neighbour's when its stream or shard is unknown. Computed
+/// before `parsed` is consumed: the neighbours are looked up by index.
+fn malformed_keys(parsed: &[Parsed]) -> Vec<Option<LeaseKey>> {
+    let neighbour_key = |index: usize| -> Option<LeaseKey> {
+        let before = parsed[..index].iter().rev().find_map(|p| p.as_ref().ok());
+        let after = || parsed[index + 1..].iter().find_map(|p| p.as_ref().ok());
+        before.or_else(after).map(|record| record.key().clone())
+    };
+    parsed
+        .iter()
+        .enumerate()
+        .map(|(index, item)| match item {
+            Ok(_) => None,
+            Err(malformed) => match (&malformed.stream, &malformed.shard) {
+                (Some(stream), Some(shard)) => Some(LeaseKey::new(stream.as_str(), shard.as_str())),
+                _ => neighbour_key(index),
+            },
+        })
+        .collect()
+}
+
 /// Groups the batch by stream and shard, keeping order. The first malformed record ends the
 /// batch for every shard: it joins its own shard's group (or its neighbour's, when its shard is
 /// unknown) and stops it; records after it are not dispatched. Every later malformed record
@@ -253,29 +275,11 @@ fn group(
 ) {
     let mut groups: Vec<ShardBatch> = Vec::new();
     let mut orphans = Vec::new();
-    let neighbour_key = |index: usize| -> Option<LeaseKey> {
-        let before = parsed[..index].iter().rev().find_map(|p| p.as_ref().ok());
-        let after = || parsed[index + 1..].iter().find_map(|p| p.as_ref().ok());
-        before.or_else(after).map(|record| record.key().clone())
-    };
     let cut = parsed.iter().position(Result::is_err);
-    // Computed before `parsed` is consumed: the neighbours are looked up by index. Only for a
-    // batch that holds a malformed record: a vector as long as the batch costs most of the
-    // grouping (the `processor` bench), and a well-formed batch needs none of it.
-    let malformed_keys: Vec<Option<LeaseKey>> = if cut.is_some() {
-        parsed
-            .iter()
-            .enumerate()
-            .map(|(index, item)| match item {
-                Ok(_) => None,
-                Err(malformed) => match (&malformed.stream, &malformed.shard) {
-                    (Some(stream), Some(shard)) => {
-                        Some(LeaseKey::new(stream.as_str(), shard.as_str()))
-                    }
-                    _ => neighbour_key(index),
-                },
-            })
-            .collect()
+    // Only for a batch that holds a malformed record: a vector as long as the batch costs most
+    // of the grouping (the `processor` bench), and a well-formed batch needs none of it.
+    let malformed_keys = if cut.is_some() {
+        malformed_keys(&parsed)
     } else {
         Vec::new()
     };
@@ -322,30 +326,34 @@ fn group(
                 )
             }
         };
-        let key = malformed_key
-            .as_ref()
-            .or_else(|| entry.key())
-            .expect("a record names its key");
-        let found = groups.iter().position(|group| group.key == *key);
-        if let Some(found) = found {
-            groups[found].entries.push(entry);
-        } else {
-            let key = key.clone();
-            // Lambda sends one shard per batch: the first group is sized for the rest of the
-            // batch at once. Growing it record by record would reallocate it a dozen times for
-            // 10,000 records, and each large allocation makes glibc's malloc consolidate every
-            // small block the event's parsing just freed.
-            let capacity = if groups.is_empty() { total - index } else { 1 };
-            let mut entries = Vec::with_capacity(capacity);
-            entries.push(entry);
-            groups.push(ShardBatch {
-                key,
-                entries,
-                payloads: None,
-            });
-        }
+        join(&mut groups, malformed_key.as_ref(), entry, total - index);
     }
     (groups, orphans, unreportable)
+}
+
+/// Adds `entry` to the group of its key (`malformed_key`, or the record's own), or to a new one;
+/// `left` entries of the batch, this one included, are still to come.
+fn join(groups: &mut Vec<ShardBatch>, malformed_key: Option<&LeaseKey>, entry: Entry, left: usize) {
+    let key = malformed_key
+        .or_else(|| entry.key())
+        .expect("a record names its key");
+    if let Some(found) = groups.iter().position(|group| group.key == *key) {
+        groups[found].entries.push(entry);
+        return;
+    }
+    let key = key.clone();
+    // Lambda sends one shard per batch: the first group is sized for the rest of the batch at
+    // once. Growing it record by record would reallocate it a dozen times for 10,000 records,
+    // and each large allocation makes glibc's malloc consolidate every small block the event's
+    // parsing just freed.
+    let capacity = if groups.is_empty() { left } else { 1 };
+    let mut entries = Vec::with_capacity(capacity);
+    entries.push(entry);
+    groups.push(ShardBatch {
+        key,
+        entries,
+        payloads: None,
+    });
 }
 
 impl ShardBatch {

@@ -70,14 +70,7 @@ pub(super) async fn dispatch<H: Handler>(
             done = index + 1;
             continue;
         }
-        // Its count so far: as this run knows it, or as the row had it (another record's
-        // failure in this run took the row's one slot).
-        let position = entry.position();
-        let counted = [failing.known.as_ref(), ready.state.failing.as_ref()]
-            .into_iter()
-            .flatten()
-            .find(|known| known.is(&position))
-            .cloned();
+        let counted = counted(&failing, ready, entry);
         let outcome = match pinned_out(runner, counted.as_ref(), entry) {
             Pinned::Out(record) => dead_letter(runner, record, counted, &mut failing)
                 .await
@@ -126,6 +119,17 @@ pub(super) async fn dispatch<H: Handler>(
         failing,
         done_above: Vec::new(),
     }
+}
+
+/// The count of `entry` so far: as this run knows it, or as the row had it (another record's
+/// failure in this run took the row's one slot).
+fn counted(failing: &Failing, ready: &Ready, entry: &Entry) -> Option<FailingRecord> {
+    let position = entry.position();
+    [failing.known.as_ref(), ready.state.failing.as_ref()]
+        .into_iter()
+        .flatten()
+        .find(|known| known.is(&position))
+        .cloned()
 }
 
 /// What the last write says of the failing record, the row holding the last pin: what is true

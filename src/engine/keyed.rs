@@ -223,25 +223,9 @@ pub(crate) async fn run<H: Handler>(
         .position(|entry| entry.ordering_key(limits.by_routing_key).is_none())
         .unwrap_or(count);
 
-    let mut states: Vec<State> = (0..count).map(|_| State::Waiting).collect();
-    let mut queues: HashMap<&str, VecDeque<usize>> = HashMap::new();
-    let mut done = 0;
-    for (index, entry) in pending[..barrier].iter().enumerate() {
-        if skip(entry) {
-            states[index] = State::Done(Disposition::Duplicate, false);
-            done += 1;
-        } else if let Some(key) = entry.ordering_key(limits.by_routing_key) {
-            queues.entry(key).or_default().push_back(index);
-        }
-    }
+    let (mut states, mut queues, mut done) = queued(pending, barrier, skip, limits.by_routing_key);
     // The head of every idle key's queue, lowest first.
     let mut ready: BTreeSet<usize> = queues.values().filter_map(|q| q.front().copied()).collect();
-    let advance = |states: &[State], mut watermark: usize| {
-        while watermark < count && states[watermark].is_done() {
-            watermark += 1;
-        }
-        watermark
-    };
     let mut watermark = advance(&states, 0);
 
     let mut stop: Option<StopReason> = None;
@@ -289,21 +273,7 @@ pub(crate) async fn run<H: Handler>(
                 if !ran {
                     stop.get_or_insert_with(|| reason.clone());
                 }
-                tracing::warn!(
-                    sequence = %pending[index].sequence(),
-                    sub_sequence = pending[index].sub_sequence(),
-                    partition_key = key,
-                    %reason,
-                    "the record is not done; its partition key stops"
-                );
-                states[index] = State::Failed {
-                    reason,
-                    ran,
-                    counted: match change {
-                        FailingChange::Set(failing) => Some(failing),
-                        _ => None,
-                    },
-                };
+                states[index] = failed(&pending[index], key, reason, ran, change);
             }
         }
     }
@@ -311,6 +281,56 @@ pub(crate) async fn run<H: Handler>(
         states,
         stop,
         barrier,
+    }
+}
+
+/// The first entry from `watermark` on that is not done: every one below it is.
+fn advance(states: &[State], mut watermark: usize) -> usize {
+    while watermark < states.len() && states[watermark].is_done() {
+        watermark += 1;
+    }
+    watermark
+}
+
+/// Every entry before `barrier` waiting in its key's queue, or done when `skip` says it is a
+/// duplicate: the entries' states, the queues by key, and how many are done.
+fn queued<'e>(
+    pending: &'e [Entry],
+    barrier: usize,
+    skip: &(dyn Fn(&Entry) -> bool + Sync),
+    by_routing_key: bool,
+) -> (Vec<State>, HashMap<&'e str, VecDeque<usize>>, usize) {
+    let mut states: Vec<State> = (0..pending.len()).map(|_| State::Waiting).collect();
+    let mut queues: HashMap<&str, VecDeque<usize>> = HashMap::new();
+    let mut done = 0;
+    for (index, entry) in pending[..barrier].iter().enumerate() {
+        if skip(entry) {
+            states[index] = State::Done(Disposition::Duplicate, false);
+            done += 1;
+        } else if let Some(key) = entry.ordering_key(by_routing_key) {
+            queues.entry(key).or_default().push_back(index);
+        }
+    }
+    (states, queues, done)
+}
+
+/// The state of `entry` (of partition key `key`) when its attempt failed for `reason`, with the
+/// failing record it counted (`change`).
+fn failed(entry: &Entry, key: &str, reason: StopReason, ran: bool, change: FailingChange) -> State {
+    tracing::warn!(
+        sequence = %entry.sequence(),
+        sub_sequence = entry.sub_sequence(),
+        partition_key = key,
+        %reason,
+        "the record is not done; its partition key stops"
+    );
+    State::Failed {
+        reason,
+        ran,
+        counted: match change {
+            FailingChange::Set(failing) => Some(failing),
+            _ => None,
+        },
     }
 }
 

@@ -96,12 +96,8 @@ pub(crate) async fn commit<H: Handler>(
                         .await
                     {
                         Ok(Transacted::Committed) if chunk.is_last => {
-                            let Dispatched {
-                                dispositions,
-                                stopped,
-                                ..
-                            } = dispatched;
-                            return (dispositions, stopped, chunk.progress.or(checkpointed));
+                            let checkpoint = chunk.progress.or(checkpointed);
+                            return (dispatched.dispositions, dispatched.stopped, checkpoint);
                         }
                         Ok(Transacted::Committed) => {
                             checkpointed = chunk.progress;

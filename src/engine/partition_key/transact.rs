@@ -65,34 +65,31 @@ pub(super) async fn commit<H: Handler>(
         })
         .unwrap_or_default();
     let store = runner.settings.store.as_ref();
-    // Each key's transactions so far: each bumped its row's counter once.
-    let mut bumps: HashMap<String, u64> = HashMap::new();
-    // Keys whose last row landed, or that were given up on (fenced, the store failing).
-    let mut settled: HashSet<String> = HashSet::new();
-    // Per key, the entry before which its records are committed (its row landed there).
-    let mut landed: HashMap<String, usize> = HashMap::new();
-    let mut refused: Vec<(String, StopReason)> = Vec::new();
-    // The records before `from` have their writes committed.
-    let mut from = 0;
-    let mut revision = 0_u32;
+    let mut progress = Progress::default();
     loop {
-        let finals: HashMap<String, KeyCommit> = key_commits_of(batch, &run.states)
-            .into_iter()
-            .filter(|(partition_key, _)| !settled.contains(partition_key))
-            .map(|(partition_key, commit)| {
-                let commit = bumped(commit, &bumps, &partition_key);
-                (partition_key, commit)
-            })
-            .collect();
-        let written = written(batch, &run.states, &staged, from, &settled);
+        let finals = progress.finals(batch, &run.states);
+        let written = written(
+            batch,
+            &run.states,
+            &staged,
+            progress.from,
+            &progress.settled,
+        );
         if written.is_empty() {
             let mut rest: Vec<(String, KeyCommit)> = finals.into_iter().collect();
             rest.sort_by(|a, b| a.0.cmp(&b.0));
-            refused.extend(write(store, &rest).await);
-            uncheckpointed(batch, run, &refused, &landed);
-            return refused;
+            progress.refused.extend(write(store, &rest).await);
+            return progress.end(batch, run);
         }
-        let chunk = match plan(batch, &run.states, &staged, &written, &finals, &bumps) {
+        let plan = plan(
+            batch,
+            &run.states,
+            &staged,
+            &written,
+            &finals,
+            &progress.bumps,
+        );
+        let chunk = match plan {
             Ok(chunk) => chunk,
             Err(too_large) => {
                 // Alone it breaks a limit: it can never commit.
@@ -100,62 +97,115 @@ pub(super) async fn commit<H: Handler>(
                 staged.remove(&batch.entries[index].position());
                 let reason = StopReason::Rejected(too_large.to_string());
                 fail(runner, batch, run, index, reason, true).await;
-                revision += 1;
+                progress.revision += 1;
                 continue;
             }
         };
-        let transaction = chunk.transaction(batch, &runner.invocation.owner, revision);
-        let mut answer = store.transact_rows(&transaction).await;
-        if let Err(error) = &answer {
-            // The same token: should the first have landed with its answer lost, this one
-            // applies nothing again.
-            tracing::warn!(%error, "could not commit the records' writes with the keys' rows; sending them again");
-            answer = store.transact_rows(&transaction).await;
-        }
-        match answer {
-            Ok(RowsTransacted::Committed) => {
-                for ((partition_key, _), cut) in chunk.rows.iter().zip(&chunk.cuts) {
-                    *bumps.entry(partition_key.clone()).or_default() += 1;
-                    landed.insert(partition_key.clone(), *cut);
-                }
-                settled.extend(chunk.finals);
-                from = chunk.end;
-            }
-            Ok(RowsTransacted::Fenced(rows)) => {
-                for row in rows {
-                    let Some((partition_key, commit)) = chunk.rows.get(row) else {
-                        continue;
-                    };
-                    tracing::error!(
-                        row = %commit.row,
-                        "another invocation wrote the partition key's row meanwhile; its records are reported"
-                    );
-                    settled.insert(partition_key.clone());
-                    refused.push((partition_key.clone(), StopReason::CheckpointFenced));
-                }
-                // Nothing more of those keys lands: their records past what did run again.
-                revision += 1;
-            }
+        let transaction = chunk.transaction(batch, &runner.invocation.owner, progress.revision);
+        match send(store, &transaction).await {
+            Ok(RowsTransacted::Committed) => progress.landed(chunk),
+            Ok(RowsTransacted::Fenced(rows)) => progress.fenced(&chunk, &rows),
             Ok(RowsTransacted::Refused { action, reason }) => {
                 let entries = (batch.entries, batch.key);
                 let (index, reason, rejected) =
                     refusal(entries, &mut staged, &chunk.owners, action, &reason);
                 fail(runner, batch, run, index, reason, rejected).await;
-                revision += 1;
+                progress.revision += 1;
             }
             Err(error) => {
                 tracing::error!(%error, "could not commit the records' writes with the keys' rows; reporting their records");
                 let reason = StopReason::CheckpointFailed(error.to_string());
                 let mut left: Vec<String> = finals
                     .into_keys()
-                    .filter(|partition_key| !settled.contains(partition_key))
+                    .filter(|partition_key| !progress.settled.contains(partition_key))
                     .collect();
                 left.sort();
-                refused.extend(left.into_iter().map(|k| (k, reason.clone())));
-                uncheckpointed(batch, run, &refused, &landed);
-                return refused;
+                progress
+                    .refused
+                    .extend(left.into_iter().map(|k| (k, reason.clone())));
+                return progress.end(batch, run);
             }
         }
+    }
+}
+
+/// Sends `transaction`, and once more with the same token when the store failed: should the
+/// first have landed with its answer lost, the second applies nothing again.
+async fn send(
+    store: &dyn crate::store::CheckpointStore,
+    transaction: &RowsTransaction,
+) -> Result<RowsTransacted, crate::store::LeaseError> {
+    match store.transact_rows(transaction).await {
+        Err(error) => {
+            tracing::warn!(%error, "could not commit the records' writes with the keys' rows; sending them again");
+            store.transact_rows(transaction).await
+        }
+        answer => answer,
+    }
+}
+
+/// What the commit has done so far.
+#[derive(Default)]
+struct Progress {
+    /// Each key's transactions so far: each bumped its row's counter once.
+    bumps: HashMap<String, u64>,
+    /// Keys whose last row landed, or that were given up on (fenced, the store failing).
+    settled: HashSet<String>,
+    /// Per key, the entry before which its records are committed (its row landed there).
+    landed: HashMap<String, usize>,
+    /// The keys whose rows were not written, and why.
+    refused: Vec<(String, StopReason)>,
+    /// The records before `from` have their writes committed.
+    from: usize,
+    /// Tells apart the transactions of one range planned again, which must not share a token.
+    revision: u32,
+}
+
+impl Progress {
+    /// Each unsettled key's last row, expecting the counter its transactions so far left.
+    fn finals(&self, batch: &Batch<'_>, states: &[State]) -> HashMap<String, KeyCommit> {
+        key_commits_of(batch, states)
+            .into_iter()
+            .filter(|(partition_key, _)| !self.settled.contains(partition_key))
+            .map(|(partition_key, commit)| {
+                let commit = bumped(commit, &self.bumps, &partition_key);
+                (partition_key, commit)
+            })
+            .collect()
+    }
+
+    /// `chunk` committed: its rows' counters moved, its keys' records before its cuts landed.
+    fn landed(&mut self, chunk: Chunk) {
+        for ((partition_key, _), cut) in chunk.rows.iter().zip(&chunk.cuts) {
+            *self.bumps.entry(partition_key.clone()).or_default() += 1;
+            self.landed.insert(partition_key.clone(), *cut);
+        }
+        self.settled.extend(chunk.finals);
+        self.from = chunk.end;
+    }
+
+    /// Another invocation wrote the `rows` of `chunk` meanwhile: nothing more of those keys
+    /// lands, and their records past what did run again.
+    fn fenced(&mut self, chunk: &Chunk, rows: &[usize]) {
+        for &row in rows {
+            let Some((partition_key, commit)) = chunk.rows.get(row) else {
+                continue;
+            };
+            tracing::error!(
+                row = %commit.row,
+                "another invocation wrote the partition key's row meanwhile; its records are reported"
+            );
+            self.settled.insert(partition_key.clone());
+            self.refused
+                .push((partition_key.clone(), StopReason::CheckpointFenced));
+        }
+        self.revision += 1;
+    }
+
+    /// The keys not written, once their records that did not land are marked to run again.
+    fn end(self, batch: &Batch<'_>, run: &mut keyed::Run) -> Vec<(String, StopReason)> {
+        uncheckpointed(batch, run, &self.refused, &self.landed);
+        self.refused
     }
 }
 
@@ -275,6 +325,74 @@ fn plan(
     finals: &HashMap<String, KeyCommit>,
     bumps: &HashMap<String, u64>,
 ) -> Result<Chunk, TooLarge> {
+    let (taken, keys) = taken(batch, staged, written)?;
+    let (inside, after) = written.split_at(taken);
+    let mut rows = Rows::default();
+    for partition_key in &keys {
+        // The key's next record with writes in a later chunk: its row stops before it.
+        let next = after
+            .iter()
+            .copied()
+            .find(|&index| batch.entries[index].routing_key() == Some(partition_key));
+        let commit = match next {
+            None => finals.get(*partition_key).cloned(),
+            Some(next) => key_commits_of(batch, &states[..next])
+                .into_iter()
+                .find(|(k, _)| k == partition_key)
+                .map(|(_, commit)| bumped(commit, bumps, partition_key)),
+        };
+        // A key with a record done above its checkpoint moves it: its row is always there.
+        let Some(commit) = commit else {
+            unreachable!("a key with a record to commit has a row to move");
+        };
+        let cut = next.unwrap_or(batch.entries.len());
+        rows.push(partition_key, commit, cut, next.is_none());
+    }
+    let mut writes = Vec::new();
+    let mut owners = Vec::new();
+    for &index in inside {
+        let record_writes = &staged[&batch.entries[index].position()];
+        writes.extend(record_writes.iter().cloned());
+        owners.extend(std::iter::repeat_n(index, record_writes.len()));
+    }
+    if after.is_empty() {
+        // The last chunk with writes: the keys without any ride along while there is room.
+        let bytes = writes.iter().map(Write::bytes).sum::<usize>();
+        let room = Room {
+            actions: MAX_ACTIONS.saturating_sub(writes.len() + rows.commits.len()),
+            bytes: MAX_BYTES.saturating_sub(bytes + rows.commits.len() * ROW_ACTION_BYTES),
+        };
+        let mut others: Vec<(&String, &KeyCommit)> = finals
+            .iter()
+            .filter(|(partition_key, _)| !keys.contains(&partition_key.as_str()))
+            .collect();
+        others.sort_by(|a, b| a.0.cmp(b.0));
+        let fit = others
+            .len()
+            .min(room.actions)
+            .min(room.bytes / ROW_ACTION_BYTES);
+        for (partition_key, commit) in &others[..fit] {
+            rows.push(partition_key, (*commit).clone(), batch.entries.len(), true);
+        }
+    }
+    Ok(Chunk {
+        end: inside[taken - 1] + 1,
+        rows: rows.commits,
+        cuts: rows.cuts,
+        finals: rows.finals,
+        writes,
+        owners,
+        range: (inside[0], inside[taken - 1]),
+    })
+}
+
+/// How many of the `written` records the next chunk takes, and the keys whose rows it holds,
+/// in order of their first record.
+fn taken<'b>(
+    batch: &'b Batch<'_>,
+    staged: &BTreeMap<Position, Writes>,
+    written: &[usize],
+) -> Result<(usize, Vec<&'b str>), TooLarge> {
     let key_of = |index: usize| batch.entries[index].routing_key().unwrap_or_default();
     let writes_of: Vec<Option<&Writes>> = written
         .iter()
@@ -298,80 +416,26 @@ fn plan(
             keys.push(key_of(index));
         }
     }
-    let mut actions = keys.len()
-        + writes_of[..taken]
-            .iter()
-            .flatten()
-            .map(|w| w.len())
-            .sum::<usize>();
-    let mut bytes = keys.len() * ROW_ACTION_BYTES
-        + writes_of[..taken]
-            .iter()
-            .flatten()
-            .map(|w| w.bytes())
-            .sum::<usize>();
-    let (inside, after) = written.split_at(taken);
-    let mut rows = Vec::with_capacity(keys.len());
-    let mut cuts = Vec::with_capacity(keys.len());
-    let mut finals_here = Vec::new();
-    for partition_key in &keys {
-        // The key's next record with writes in a later chunk: its row stops before it.
-        let next = after
-            .iter()
-            .copied()
-            .find(|&index| batch.entries[index].routing_key() == Some(partition_key));
-        let commit = match next {
-            None => finals.get(*partition_key).cloned(),
-            Some(next) => key_commits_of(batch, &states[..next])
-                .into_iter()
-                .find(|(k, _)| k == partition_key)
-                .map(|(_, commit)| bumped(commit, bumps, partition_key)),
-        };
-        // A key with a record done above its checkpoint moves it: its row is always there.
-        let Some(commit) = commit else {
-            unreachable!("a key with a record to commit has a row to move");
-        };
-        if next.is_none() {
-            finals_here.push((*partition_key).to_owned());
+    Ok((taken, keys))
+}
+
+/// A chunk's rows, each with the entry before which its key's records are committed, and the
+/// keys whose row there is their last.
+#[derive(Default)]
+struct Rows {
+    commits: Vec<(String, KeyCommit)>,
+    cuts: Vec<usize>,
+    finals: Vec<String>,
+}
+
+impl Rows {
+    fn push(&mut self, partition_key: &str, commit: KeyCommit, cut: usize, last: bool) {
+        if last {
+            self.finals.push(partition_key.to_owned());
         }
-        cuts.push(next.unwrap_or(batch.entries.len()));
-        rows.push(((*partition_key).to_owned(), commit));
+        self.cuts.push(cut);
+        self.commits.push((partition_key.to_owned(), commit));
     }
-    let end = inside[taken - 1] + 1;
-    if after.is_empty() {
-        // The last chunk with writes: the keys without any ride along while there is room.
-        let mut others: Vec<(&String, &KeyCommit)> = finals
-            .iter()
-            .filter(|(partition_key, _)| !keys.contains(&partition_key.as_str()))
-            .collect();
-        others.sort_by(|a, b| a.0.cmp(b.0));
-        for (partition_key, commit) in others {
-            if actions + 1 > MAX_ACTIONS || bytes + ROW_ACTION_BYTES > MAX_BYTES {
-                break;
-            }
-            actions += 1;
-            bytes += ROW_ACTION_BYTES;
-            finals_here.push(partition_key.clone());
-            cuts.push(batch.entries.len());
-            rows.push((partition_key.clone(), commit.clone()));
-        }
-    }
-    let mut writes = Vec::with_capacity(actions);
-    let mut owners = Vec::with_capacity(actions);
-    for &index in inside {
-        let record_writes = &staged[&batch.entries[index].position()];
-        writes.extend(record_writes.iter().cloned());
-        owners.extend(std::iter::repeat_n(index, record_writes.len()));
-    }
-    Ok(Chunk {
-        end,
-        rows,
-        cuts,
-        finals: finals_here,
-        writes,
-        owners,
-        range: (inside[0], inside[taken - 1]),
-    })
 }
 
 /// The record at `index` failed at the commit (`reason`): counted and, when `rejected` or out
