@@ -23,8 +23,9 @@
 #                   peak memory, cold start, arm64 binary size, per-key concurrency, KPL, and
 #                   the comparison with Powertools
 #   make bench-compare  Powertools (BatchProcessor + idempotency) and the ledger's processor side
-#                   by side on one moto: requests per batch, wall and CPU time per record
-#                   (COMPARE_ARGS=--repeats N --sizes 100,1000); table in target/bench-compare.json
+#                   by side on one moto, for Kinesis and for DynamoDB Streams: requests per batch,
+#                   wall and CPU time per record (COMPARE_ARGS=--repeats N --sizes 100,1000
+#                   --sources kinesis,dynamodb-streams); tables in target/bench-compare.json
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -209,8 +210,11 @@ bench-json-readers:
 # Section 7 of BENCHMARKS.md. One moto for both sides, started and stopped (by its PID) by the
 # script; the toolkit's driver is built with the release profile, as the processor benchmark is.
 COMPARE_ARGS ?=
+# The DynamoDB Streams driver is built when it is there; without it the script measures
+# Powertools alone for that source and says so.
+COMPARE_EXAMPLES := bench_compare $(if $(wildcard functions/ledger/examples/bench_compare_dynamodb.rs),bench_compare_dynamodb)
 bench-compare: $(VENV)/.installed
-	cargo build --release -p ledger --example bench_compare
+	cargo build --release -p ledger $(addprefix --example ,$(COMPARE_EXAMPLES))
 	$(VENV)/bin/python scripts/bench-compare $(COMPARE_ARGS)
 
 clean:

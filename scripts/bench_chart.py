@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Draws the side-by-side with Powertools as an SVG bar chart, from `make bench-compare`'s JSON.
 
-    python3 scripts/bench_chart.py [JSON] [SVG]
-    (defaults: target/bench-compare.json docs/benchmarks/powertools.svg)
+    python3 scripts/bench_chart.py [--source kinesis|dynamodb-streams] [JSON] [SVG]
+    (defaults: kinesis, target/bench-compare.json, and docs/benchmarks/powertools.svg for
+    Kinesis or docs/benchmarks/powertools-dynamodb.svg for DynamoDB Streams)
 
-`scripts/bench-compare` writes the JSON: a list of `rows`, one per scenario and batch size,
-each with a `powertools` and a `toolkit` side (medians over the repetitions: DynamoDB requests
+`scripts/bench-compare` writes the JSON: a list of `rows`, one per source, scenario and batch
+size (a row without `source` is a Kinesis row, as earlier runs wrote them), each with a
+`powertools` and a `toolkit` side (medians over the repetitions: DynamoDB requests
 per batch, wall and CPU microseconds per record) and their `ratio` (Powertools / toolkit).
 This script draws three panels from those rows, for each batch size of the run:
 - DynamoDB requests per batch (dedupe, effect and any other, together);
@@ -85,9 +87,15 @@ class Svg:
         self.add(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"/>')
 
 
-def groups(data: dict) -> list[dict]:
+SOURCE_TITLES = {"kinesis": "Kinesis", "dynamodb-streams": "DynamoDB Streams"}
+DEFAULT_OUTPUT = {"kinesis": "docs/benchmarks/powertools.svg",
+                  "dynamodb-streams": "docs/benchmarks/powertools-dynamodb.svg"}
+
+
+def groups(data: dict, source: str = "kinesis") -> list[dict]:
     """The rows drawn, in order: each scenario, each batch size, both sides present."""
-    rows = {(row["scenario"], row["records"]): row for row in data["rows"]}
+    rows = {(row["scenario"], row["records"]): row for row in data["rows"]
+            if row.get("source", "kinesis") == source}
     chosen = []
     for scenario in SCENARIOS:
         for size in data["sizes"]:
@@ -95,7 +103,8 @@ def groups(data: dict) -> list[dict]:
             if row and all(side in row for side, _, _ in SIDES):
                 chosen.append(row)
     if not chosen:
-        sys.exit("bench_chart: no row with both sides in the JSON; run `make bench-compare`")
+        sys.exit(f"bench_chart: no {SOURCE_TITLES[source]} row with both sides in the JSON; "
+                 "run `make bench-compare`")
     return chosen
 
 
@@ -149,13 +158,15 @@ def load(data: dict) -> str:
     return f", load average {before[0]:.1f} before and {after[0]:.1f} after"
 
 
-def chart(data: dict, source: str) -> str:
-    rows = groups(data)
+def chart(data: dict, source: str, stream_source: str = "kinesis") -> str:
+    rows = groups(data, stream_source)
     height = HEADER + len(PANELS) * (PANEL_TITLE + PLOT + X_LABELS) + FOOTER
     svg = Svg()
     machine = data.get("machine", {})
     versions = machine.get("versions", {})
-    title = "kinesis-checkpoint beside Powertools for AWS Lambda (Python), same events on one moto"
+    title = ("kinesis-checkpoint beside Powertools for AWS Lambda (Python), same events on one moto"
+             if stream_source == "kinesis" else
+             "kinesis-checkpoint beside Powertools for AWS Lambda (Python), DynamoDB Streams, one moto")
     svg.add(f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
             f'viewBox="0 0 {WIDTH} {height}" role="img" {FONT}>')
     svg.add(f"<title>{escape(title)}</title>")
@@ -186,13 +197,17 @@ def chart(data: dict, source: str) -> str:
 
 def main() -> None:
     args = sys.argv[1:]
-    if len(args) > 2 or any(a in ("-h", "--help") for a in args):
+    stream_source = "kinesis"
+    if args[:1] == ["--source"] and len(args) > 1:
+        stream_source, args = args[1], args[2:]
+    if (len(args) > 2 or any(a in ("-h", "--help") for a in args)
+            or stream_source not in SOURCE_TITLES):
         sys.exit(__doc__)
     source = Path(args[0] if args else "target/bench-compare.json")
-    output = Path(args[1] if len(args) > 1 else "docs/benchmarks/powertools.svg")
+    output = Path(args[1] if len(args) > 1 else DEFAULT_OUTPUT[stream_source])
     data = json.loads(source.read_text())
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(chart(data, source.name if source.is_absolute() else str(source)))
+    output.write_text(chart(data, source.name if source.is_absolute() else str(source), stream_source))
     print(f"written to {output}")
 
 

@@ -186,6 +186,8 @@ mod guide_doctests {
     struct Kpl;
     #[doc = include_str!("../docs/src/mapping.md")]
     struct Mapping;
+    #[doc = include_str!("../docs/src/dynamodb-streams.md")]
+    struct DynamodbStreams;
     #[doc = include_str!("../docs/src/testing.md")]
     struct Testing;
     #[doc = include_str!("../docs/src/operating.md")]

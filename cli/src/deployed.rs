@@ -1,9 +1,10 @@
 //! `kinesis-checkpoint doctor --function NAME`: the doctor's checks on a deployed function.
 //!
 //! A template says what was meant; the Lambda API says what runs. This module reads a deployed
-//! function's Kinesis event source mappings and environment (Lambda API) and its role's inline
-//! and attached policies (IAM API), lays them out as the template they would come from, and
-//! runs [`doctor::check_template`] on it: one set of checks, two sources.
+//! function's Kinesis and `DynamoDB` Streams event source mappings and environment (Lambda
+//! API) and its role's inline and attached policies (IAM API), lays them out as the template
+//! they would come from, and runs [`doctor::check_template`] on it: one set of checks, two
+//! sources.
 
 use kinesis_checkpoint::aws_error::cause;
 use serde_json::{Map, Value, json};
@@ -14,8 +15,8 @@ use crate::doctor::{self, Finding, Severity};
 /// The logical id the execution role gets in the laid-out template.
 const ROLE_ID: &str = "ExecutionRole";
 
-/// Checks every Kinesis event source mapping of the deployed function `function` (a name or
-/// ARN), with the function's environment and its role's permissions.
+/// Checks every Kinesis and `DynamoDB` Streams event source mapping of the deployed function
+/// `function` (a name or ARN), with the function's environment and its role's permissions.
 ///
 /// # Errors
 ///
@@ -40,7 +41,7 @@ pub async fn check_function(
     Ok(findings)
 }
 
-/// The deployed function as a template (its Kinesis mappings, itself with its environment, its
+/// The deployed function as a template (its stream mappings, itself with its environment, its
 /// role with its policies), and what could not be read on the way.
 async fn describe(
     config: &aws_config::SdkConfig,
@@ -125,13 +126,16 @@ async fn describe(
     Ok((json!({ "Resources": resources }), findings))
 }
 
-/// A Kinesis mapping's settings under their template names; `None` for other sources.
+/// A Kinesis or `DynamoDB` stream mapping's settings under their template names; `None` for
+/// other sources (SQS, Kafka, ...).
 fn mapping_properties(
     mapping: &aws_sdk_lambda::types::EventSourceMappingConfiguration,
     function_id: &str,
 ) -> Option<Map<String, Value>> {
     let source = mapping.event_source_arn()?;
-    if !source.contains(":kinesis:") {
+    // `arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label>`: a table's stream.
+    let dynamodb_stream = source.contains(":dynamodb:") && source.contains("/stream/");
+    if !(source.contains(":kinesis:") || dynamodb_stream) {
         return None;
     }
     let mut properties = Map::new();
@@ -152,6 +156,10 @@ fn mapping_properties(
             mapping.maximum_record_age_in_seconds(),
         ),
         ("ParallelizationFactor", mapping.parallelization_factor()),
+        (
+            "TumblingWindowInSeconds",
+            mapping.tumbling_window_in_seconds(),
+        ),
     ];
     for (name, value) in numbers {
         if let Some(value) = value {

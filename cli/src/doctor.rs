@@ -1,13 +1,15 @@
-//! `kinesis-checkpoint doctor`: checks a deployment's Kinesis event source mappings against what
-//! the toolkit needs, and says for each problem what to change.
+//! `kinesis-checkpoint doctor`: checks a deployment's Kinesis and `DynamoDB` Streams event source
+//! mappings against what the toolkit needs, and says for each problem what to change.
 //!
 //! The toolkit's guarantees rest on settings it cannot see from inside a function: without
 //! `ReportBatchItemFailures` Lambda reads a partial failure as success and loses the reported
 //! records; retry and age limits make Lambda discard records (payload and all) that the toolkit
 //! still holds back or retries; a `ParallelizationFactor` above 1 breaks a per-shard checkpoint;
-//! and a missing permission shows only when the first batch fails. The doctor reads them from
-//! the SAM or `CloudFormation` template offline, or, through [`deployed`](crate::deployed), from
-//! the Lambda and IAM APIs as the template a deployed function would come from.
+//! and a missing permission shows only when the first batch fails. A `DynamoDB` stream's mapping
+//! must also set a tumbling window, without which its events name no shard. The doctor reads
+//! them from the SAM or `CloudFormation` template offline, or, through
+//! [`deployed`](crate::deployed), from the Lambda and IAM APIs as the template a deployed
+//! function would come from.
 //!
 //! The template is parsed with `yaml-rust2`, which drops `CloudFormation`'s short-form tags
 //! (`!Ref X` reads as `X`, `!GetAtt X.Arn` as `X.Arn`); references are then recognised by the
@@ -19,6 +21,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 use yaml_rust2::{Yaml, YamlLoader};
+
+mod dynamodb;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -80,7 +84,45 @@ pub enum DoctorError {
 /// The checkpoint modes a function can run in (`CHECKPOINT_MODE`).
 const MODES: [&str; 2] = ["shard", "partition-key"];
 
-/// Checks every Kinesis event source mapping of the template `text` (YAML or JSON).
+/// The longest tumbling window Lambda accepts, and the one the toolkit recommends: each window
+/// ends with one more invocation per shard.
+const LONGEST_WINDOW: i64 = 900;
+
+/// What a mapping reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A Kinesis data stream.
+    Kinesis,
+    /// A `DynamoDB` table's stream.
+    DynamoDbStreams,
+}
+
+impl Source {
+    /// What becomes of records Lambda discards: the Kinesis shard mode reads them back from
+    /// the stream; nothing reads them back from a `DynamoDB` stream.
+    fn gap(self) -> &'static str {
+        match self {
+            Self::Kinesis => {
+                "the shard mode reads such a gap back; the partition-key mode cannot see it"
+            }
+            Self::DynamoDbStreams => {
+                "the toolkit sees such a gap in a DynamoDB stream but cannot read it back: \
+                 the records are lost"
+            }
+        }
+    }
+
+    /// The ledger's `EVENT_SOURCE` for this source.
+    fn event_source(self) -> &'static str {
+        match self {
+            Self::Kinesis => "kinesis",
+            Self::DynamoDbStreams => "dynamodb-streams",
+        }
+    }
+}
+
+/// Checks every Kinesis and `DynamoDB` Streams event source mapping of the template `text` (YAML
+/// or JSON).
 ///
 /// # Errors
 ///
@@ -104,6 +146,23 @@ const MODES: [&str; 2] = ["shard", "partition-key"];
 /// let findings = check_template(template)?;
 /// assert!(findings.iter().any(|f| f.severity == Severity::Error && f.problem.contains("ReportBatchItemFailures")));
 /// assert!(findings.iter().any(|f| f.problem.contains("MaximumRetryAttempts")));
+///
+/// // A DynamoDB stream without a tumbling window: its events name no shard.
+/// let template = r"
+/// Resources:
+///   Fn:
+///     Type: AWS::Serverless::Function
+///     Properties:
+///       Events:
+///         Changes:
+///           Type: DynamoDB
+///           Properties:
+///             Stream: arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000
+///             StartingPosition: TRIM_HORIZON
+///             FunctionResponseTypes: [ReportBatchItemFailures]
+/// ";
+/// let findings = check_template(template)?;
+/// assert!(findings.iter().any(|f| f.severity == Severity::Error && f.problem.contains("TumblingWindowInSeconds")));
 /// # Ok::<(), kinesis_checkpoint_cli::doctor::DoctorError>(())
 /// ```
 pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
@@ -130,9 +189,11 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
                     continue;
                 };
                 for (name, event) in events {
-                    if event["Type"].as_str() != Some("Kinesis") {
-                        continue;
-                    }
+                    let source = match event["Type"].as_str() {
+                        Some("Kinesis") => Source::Kinesis,
+                        Some("DynamoDB") => Source::DynamoDbStreams,
+                        _ => continue,
+                    };
                     mappings += 1;
                     let subject = format!("{id} event {}", name.as_str().unwrap_or("?"));
                     let properties = &event["Properties"];
@@ -141,23 +202,16 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
                         properties,
                         &properties["Stream"],
                         id,
+                        source,
                         &mut findings,
                     );
                 }
             }
             Some("AWS::Lambda::EventSourceMapping") => {
                 let properties = &resource["Properties"];
-                let source = flatten(&properties["EventSourceArn"]);
-                let is_kinesis = source.contains(":kinesis:")
-                    || template
-                        .referenced_ids(&properties["EventSourceArn"])
-                        .iter()
-                        .any(|id| {
-                            template.resources[id]["Type"].as_str() == Some("AWS::Kinesis::Stream")
-                        });
-                if !is_kinesis {
+                let Some(source) = template.source(&properties["EventSourceArn"]) else {
                     continue;
-                }
+                };
                 mappings += 1;
                 let function = template
                     .referenced_ids(&properties["FunctionName"])
@@ -169,6 +223,7 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
                     properties,
                     &properties["EventSourceArn"],
                     &function,
+                    source,
                     &mut findings,
                 );
             }
@@ -179,9 +234,9 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
         findings.push(Finding {
             severity: Severity::Error,
             subject: "template".to_owned(),
-            problem: "no Kinesis event source mapping found".to_owned(),
-            fix: "add a Kinesis event to the function (SAM `Events: {Type: Kinesis}`) or an \
-                  AWS::Lambda::EventSourceMapping"
+            problem: "no Kinesis or DynamoDB Streams event source mapping found".to_owned(),
+            fix: "add a Kinesis or DynamoDB event to the function (SAM `Events: {Type: Kinesis}` \
+                  or `{Type: DynamoDB}`) or an AWS::Lambda::EventSourceMapping"
                 .to_owned(),
         });
     }
@@ -197,6 +252,7 @@ struct Template {
 }
 
 /// A permission a statement may grant.
+#[derive(Debug)]
 struct Statement {
     actions: Vec<String>,
     resources: Vec<String>,
@@ -263,8 +319,10 @@ impl Template {
         mapping: &Yaml,
         stream: &Yaml,
         function: &str,
+        source: Source,
         findings: &mut Vec<Finding>,
     ) {
+        let gap = source.gap();
         let mut find = |severity, problem: String, fix: &str| {
             findings.push(Finding {
                 severity,
@@ -297,8 +355,7 @@ impl Template {
                 format!(
                     "MaximumRetryAttempts is {retries}: after that many retries Lambda discards \
                      the batch, payloads included, while the toolkit is still retrying a failing \
-                     record or holding a child shard until its parents finish (the shard mode \
-                     reads such a gap back; the partition-key mode cannot see it)"
+                     record or holding a child shard until its parents finish ({gap})"
                 ),
                 "set `MaximumRetryAttempts: -1`; the toolkit dead-letters poison records itself",
             );
@@ -311,7 +368,7 @@ impl Template {
                 format!(
                     "MaximumRecordAgeInSeconds is {age}: older records are discarded by Lambda, \
                      payloads included, while the toolkit may still be holding or retrying them \
-                     (the shard mode reads such a gap back; the partition-key mode cannot see it)"
+                     ({gap})"
                 ),
                 "set `MaximumRecordAgeInSeconds: -1` (records then live until the stream's retention)",
             );
@@ -339,8 +396,74 @@ impl Template {
             );
         }
         let environment = self.environment(function);
-        self.check_environment(subject, mapping, function, &environment, findings);
-        self.check_permissions(subject, function, stream, &environment, findings);
+        self.check_event_source(subject, function, source, &environment, findings);
+        match source {
+            Source::Kinesis => {
+                self.check_environment(subject, mapping, function, &environment, findings);
+            }
+            Source::DynamoDbStreams => {
+                self.check_dynamodb_mapping(subject, mapping, function, &environment, findings);
+            }
+        }
+        self.check_permissions(subject, function, stream, source, &environment, findings);
+    }
+
+    /// What the mapping `arn` (an `EventSourceArn`) reads, if a stream the toolkit reads.
+    fn source(&self, arn: &Yaml) -> Option<Source> {
+        let text = flatten(arn);
+        let referenced: Vec<&str> = self
+            .referenced_ids(arn)
+            .iter()
+            .filter_map(|id| self.resources[id]["Type"].as_str())
+            .collect();
+        if text.contains(":kinesis:") || referenced.contains(&"AWS::Kinesis::Stream") {
+            Some(Source::Kinesis)
+        } else if (text.contains(":dynamodb:") && text.contains("/stream/"))
+            || referenced
+                .iter()
+                .any(|kind| matches!(*kind, "AWS::DynamoDB::Table" | "AWS::DynamoDB::GlobalTable"))
+        {
+            Some(Source::DynamoDbStreams)
+        } else {
+            None
+        }
+    }
+
+    /// The ledger's `EVENT_SOURCE`, when the function has one, against what the mapping reads.
+    fn check_event_source(
+        &self,
+        subject: &str,
+        function: &str,
+        source: Source,
+        environment: &BTreeMap<String, Yaml>,
+        findings: &mut Vec<Finding>,
+    ) {
+        let Some(value) = environment.get("EVENT_SOURCE").map(|v| self.value(v)) else {
+            return;
+        };
+        let value = flatten(&value);
+        if value == source.event_source() {
+            return;
+        }
+        let expected = source.event_source();
+        let problem = if ["kinesis", "dynamodb-streams"].contains(&value.as_str()) {
+            format!(
+                "{function}'s EVENT_SOURCE is '{value}' but this mapping reads a {}: the function \
+                 cannot read its events, every invocation fails and the shard is blocked",
+                match source {
+                    Source::Kinesis => "Kinesis stream",
+                    Source::DynamoDbStreams => "DynamoDB stream",
+                }
+            )
+        } else {
+            format!("{function}'s EVENT_SOURCE is '{value}', which the toolkit does not know")
+        };
+        findings.push(Finding {
+            severity: Severity::Error,
+            subject: subject.to_owned(),
+            problem,
+            fix: format!("set the function's environment variable `EVENT_SOURCE: {expected}`"),
+        });
     }
 
     /// The function's settings that must agree with the mapping: the checkpoint mode with the
@@ -396,21 +519,34 @@ impl Template {
                 "keep it if you plan to raise ParallelizationFactor; otherwise remove CHECKPOINT_MODE",
             );
         }
+        self.check_starting_position(subject, mapping, function, environment, findings);
+    }
+
+    /// The gate's starting position (`STARTING_POSITION`) against the mapping's.
+    fn check_starting_position(
+        &self,
+        subject: &str,
+        mapping: &Yaml,
+        function: &str,
+        environment: &BTreeMap<String, Yaml>,
+        findings: &mut Vec<Finding>,
+    ) {
         let starting = self.value(&mapping["StartingPosition"]);
         if let (Some(mapping_start), Some(function_start)) = (
             starting.as_str(),
             environment.get("STARTING_POSITION").map(|v| self.value(v)),
         ) && function_start.as_str().is_some_and(|s| s != mapping_start)
         {
-            find(
-                Severity::Warning,
-                format!(
+            findings.push(Finding {
+                severity: Severity::Warning,
+                subject: subject.to_owned(),
+                problem: format!(
                     "the mapping starts at {mapping_start} but {function}'s STARTING_POSITION is \
                      {}: the parent gate judges unseen parents by the wrong rule",
                     function_start.as_str().unwrap_or_default()
                 ),
-                "give STARTING_POSITION the mapping's StartingPosition",
-            );
+                fix: "give STARTING_POSITION the mapping's StartingPosition".to_owned(),
+            });
         }
     }
 
@@ -419,6 +555,7 @@ impl Template {
         subject: &str,
         function: &str,
         stream: &Yaml,
+        source: Source,
         environment: &BTreeMap<String, Yaml>,
         findings: &mut Vec<Finding>,
     ) {
@@ -441,14 +578,40 @@ impl Template {
             return;
         };
         let mut needs: Vec<(&str, String, &str)> = Vec::new();
-        let stream_target = target(self, stream);
-        for action in [
-            "kinesis:ListShards",
-            "kinesis:GetShardIterator",
-            "kinesis:GetRecords",
-            "kinesis:DescribeStreamSummary",
-        ] {
-            needs.push((action, stream_target.clone(), "the stream"));
+        match source {
+            Source::Kinesis => {
+                let stream_target = target(self, stream);
+                for action in [
+                    "kinesis:ListShards",
+                    "kinesis:GetShardIterator",
+                    "kinesis:GetRecords",
+                    "kinesis:DescribeStreamSummary",
+                ] {
+                    needs.push((action, stream_target.clone(), "the stream"));
+                }
+            }
+            Source::DynamoDbStreams => {
+                let stream = self.stream_target(stream);
+                for action in dynamodb::STREAM_ACTIONS {
+                    if !statements
+                        .iter()
+                        .any(|statement| self.grants_on_stream(statement, action, &stream))
+                    {
+                        find(
+                            Severity::Error,
+                            format!(
+                                "{function}'s role does not allow {action} on the table's stream ({})",
+                                stream.name
+                            ),
+                            format!(
+                                "allow `{action}` on `{}` in the function's role (a grant on \
+                                 the table does not cover its stream)",
+                                stream.reference()
+                            ),
+                        );
+                    }
+                }
+            }
         }
         match environment.get("LEASE_TABLE") {
             Some(table) => {
@@ -623,12 +786,25 @@ fn sam_policy(template: &Template, policy: &Yaml) -> Vec<Statement> {
         ("DynamoDBCrudPolicy", "TableName"),
         ("SQSSendMessagePolicy", "QueueName"),
         ("KinesisStreamReadPolicy", "StreamName"),
+        ("DynamoDBStreamReadPolicy", "TableName"),
     ] {
         let resource = &policy[name][parameters];
         if resource.is_badvalue() {
             continue;
         }
         statements.push(match name {
+            // Every stream of the table: the template's StreamName (a stream label, often cut
+            // out of the table's StreamArn) is not read.
+            "DynamoDBStreamReadPolicy" => Statement {
+                actions: dynamodb::STREAM_ACTIONS
+                    .iter()
+                    .map(|a| (*a).to_owned())
+                    .collect(),
+                resources: vec![format!(
+                    "arn:aws:dynamodb:*:*:table/{}/stream/*",
+                    flatten(&template.value(resource))
+                )],
+            },
             "DynamoDBCrudPolicy" => grant(
                 &[
                     "dynamodb:GetItem",

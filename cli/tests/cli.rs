@@ -726,14 +726,30 @@ fn doctor(template: &Path) -> (bool, String) {
     )
 }
 
-/// The repository's template with `edits` (find, replace) applied, removed when the test ends.
+/// The repository's template with `edits` (find, replace) applied where each first occurs: in
+/// the Kinesis function's part, which comes first. Removed when the test ends.
 fn broken_template(edits: &[(&str, &str)]) -> TempFile {
-    let mut template = std::fs::read_to_string(common::root().join("template.yaml")).unwrap();
+    broken_template_after("", edits)
+}
+
+/// Where the template's `DynamoDB` Streams part (the orders table, the second function's role,
+/// the function and its mapping) begins.
+const TABLE_PART: &str = "  OrdersTable:\n";
+
+/// The repository's template with `edits` applied where each first occurs after `marker`.
+fn broken_template_after(marker: &str, edits: &[(&str, &str)]) -> TempFile {
+    let template = std::fs::read_to_string(common::root().join("template.yaml")).unwrap();
+    let at = template.find(marker).expect("the template has the marker");
+    let (head, tail) = template.split_at(at);
+    let mut tail = tail.to_owned();
     for (find, replace) in edits {
-        assert!(template.contains(find), "the template has {find:?}");
-        template = template.replace(find, replace);
+        assert!(tail.contains(find), "the template has {find:?}");
+        tail = tail.replacen(find, replace, 1);
     }
-    TempFile::write(&format!("{}.yaml", unique("template")), template)
+    TempFile::write(
+        &format!("{}.yaml", unique("template")),
+        head.to_owned() + &tail,
+    )
 }
 
 #[test]
@@ -843,6 +859,143 @@ fn doctor_answers_scripts_in_json_with_severity_problem_and_fix() {
             .unwrap()
             .contains("MaximumRecordAgeInSeconds: -1")
     );
+}
+
+#[test]
+fn doctor_says_what_to_change_in_a_dynamodb_stream_mapping() {
+    let path = broken_template_after(
+        TABLE_PART,
+        &[
+            ("            TumblingWindowInSeconds: 900\n", ""),
+            ("              - ReportBatchItemFailures\n", ""),
+            ("ParallelizationFactor: 1", "ParallelizationFactor: 2"),
+            ("MaximumRetryAttempts: -1", "MaximumRetryAttempts: 3"),
+            (
+                "            StartingPosition: TRIM_HORIZON",
+                "            StartingPosition: LATEST",
+            ),
+            (
+                "STARTING_POSITION: TRIM_HORIZON",
+                "STARTING_POSITION: LATEST",
+            ),
+        ],
+    );
+    let (ok, said) = doctor(&path);
+    println!("{said}");
+    assert!(!ok, "errors fail the command");
+    for expected in [
+        "LedgerFromTableFunction event OrderChanges: TumblingWindowInSeconds is not set",
+        "DynamoDB event names no shard",
+        "fix: set `TumblingWindowInSeconds: 900`",
+        "FunctionResponseTypes does not contain ReportBatchItemFailures",
+        "ParallelizationFactor is 2",
+        "it has no per-item mode",
+        "fix: set `ParallelizationFactor: 1`",
+        "MaximumRetryAttempts is 3",
+        "cannot read it back: the records are lost",
+        "StartingPosition is LATEST",
+        "fix: set `StartingPosition: TRIM_HORIZON`",
+        "5 errors, 0 warnings",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in:\n{said}");
+    }
+    assert!(
+        !said.contains("LedgerFunction event Orders"),
+        "the Kinesis mapping is untouched: {said}"
+    );
+}
+
+#[test]
+fn doctor_refuses_a_dynamodb_stream_without_a_window_and_tells_a_short_one() {
+    let path = broken_template_after(
+        TABLE_PART,
+        &[("TumblingWindowInSeconds: 900", "TumblingWindowInSeconds: 0")],
+    );
+    let (ok, said) = doctor(&path);
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("TumblingWindowInSeconds is 0: without a tumbling window"),
+        "{said}"
+    );
+
+    let path = broken_template_after(
+        TABLE_PART,
+        &[(
+            "TumblingWindowInSeconds: 900",
+            "TumblingWindowInSeconds: 60",
+        )],
+    );
+    let (ok, said) = doctor(&path);
+    assert!(ok, "a short window works: {said}");
+    assert!(
+        said.contains(
+            "INFO    LedgerFromTableFunction event OrderChanges: TumblingWindowInSeconds is 60"
+        ) && said.contains("no problems found"),
+        "{said}"
+    );
+}
+
+#[test]
+fn doctor_names_the_stream_permissions_a_grant_on_the_table_does_not_give() {
+    let path = broken_template_after(
+        TABLE_PART,
+        &[(
+            "Resource: !GetAtt OrdersTable.StreamArn",
+            "Resource: !GetAtt OrdersTable.Arn",
+        )],
+    );
+    let (ok, said) = doctor(&path);
+    println!("{said}");
+    assert!(!ok);
+    for action in [
+        "DescribeStream",
+        "GetShardIterator",
+        "GetRecords",
+        "ListStreams",
+    ] {
+        let expected = format!(
+            "LedgerFromTableFunction's role does not allow dynamodb:{action} on the table's \
+             stream (OrdersTable.StreamArn)"
+        );
+        assert!(said.contains(&expected), "{expected:?} in:\n{said}");
+    }
+    assert!(
+        said.contains("fix: allow `dynamodb:GetRecords` on `!GetAtt OrdersTable.StreamArn`"),
+        "{said}"
+    );
+
+    let path = broken_template_after(
+        TABLE_PART,
+        &[("                  - dynamodb:ListStreams\n", "")],
+    );
+    let (ok, said) = doctor(&path);
+    assert!(!ok);
+    assert!(
+        said.contains("does not allow dynamodb:ListStreams") && said.contains("1 errors"),
+        "{said}"
+    );
+}
+
+#[test]
+fn doctor_refuses_the_partition_key_mode_and_a_kinesis_event_source_for_a_table_stream() {
+    let path = broken_template_after(
+        TABLE_PART,
+        &[
+            ("CHECKPOINT_MODE: shard", "CHECKPOINT_MODE: partition-key"),
+            ("EVENT_SOURCE: dynamodb-streams", "EVENT_SOURCE: kinesis"),
+        ],
+    );
+    let (ok, said) = doctor(&path);
+    println!("{said}");
+    assert!(!ok);
+    for expected in [
+        "CHECKPOINT_MODE is 'partition-key', which the toolkit does not offer for a DynamoDB stream",
+        "EVENT_SOURCE is 'kinesis' but this mapping reads a DynamoDB stream",
+        "fix: set the function's environment variable `EVENT_SOURCE: dynamodb-streams`",
+        "2 errors, 0 warnings",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in:\n{said}");
+    }
 }
 
 /// A function deployed in moto, with the environment `variables` and a role with the inline
@@ -1022,4 +1175,122 @@ async fn doctor_reads_a_deployed_function_its_mapping_and_its_role_from_the_apis
         "{}",
         text(&output.stderr)
     );
+}
+
+/// moto's Lambda creates mappings on `DynamoDB` streams too (it checks the ARN against its
+/// streams) and returns `TumblingWindowInSeconds`: the doctor reads one as it reads a Kinesis
+/// mapping.
+#[tokio::test]
+async fn doctor_reads_a_deployed_dynamodb_stream_mapping_from_the_apis() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+        StreamSpecification, StreamViewType,
+    };
+    let moto = Moto::shared();
+    let config = moto.sdk_config(1).await;
+    let table = unique("doctor-orders");
+    let created = aws_sdk_dynamodb::Client::new(&config)
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("order_id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("order_id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let stream_arn = created
+        .table_description()
+        .and_then(|table| table.latest_stream_arn())
+        .expect("a stream")
+        .to_owned();
+    let table_and_queue = serde_json::json!([
+        {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+         "Resource": "arn:aws:dynamodb:*:*:table/leases*"},
+        {"Effect": "Allow", "Action": "sqs:SendMessage",
+         "Resource": "arn:aws:sqs:us-east-1:123456789012:dead-letters"},
+    ]);
+    let variables = [
+        ("EVENT_SOURCE", "dynamodb-streams"),
+        ("LEASE_TABLE", "leases"),
+        (
+            "DEAD_LETTER_QUEUE_URL",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/dead-letters",
+        ),
+    ];
+    let endpoint = [("AWS_ENDPOINT_URL", moto.endpoint.as_str())];
+
+    // No window, no item failures, two batches per shard, and the table granted, not its stream.
+    let on_the_table = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        table_and_queue[0], table_and_queue[1],
+        {"Effect": "Allow", "Action": "dynamodb:*",
+         "Resource": format!("arn:aws:dynamodb:us-east-1:123456789012:table/{table}")}]});
+    let careless = deploy(
+        &config,
+        &stream_arn,
+        &on_the_table,
+        None,
+        &variables,
+        |mapping| mapping.parallelization_factor(2),
+    )
+    .await;
+    let output = run(&endpoint, &["doctor", "--function", &careless], "");
+    let said = text(&output.stdout) + &text(&output.stderr);
+    println!("{said}");
+    assert!(!output.status.success(), "{said}");
+    for expected in [
+        "TumblingWindowInSeconds is not set",
+        "ReportBatchItemFailures",
+        "ParallelizationFactor is 2",
+        "does not allow dynamodb:GetRecords on the table's stream",
+        "does not allow dynamodb:DescribeStream on the table's stream",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+    assert!(
+        !said.contains("kinesis:"),
+        "no Kinesis permission asked of a table stream's function: {said}"
+    );
+
+    // Done right: the window, the contract's limits, the stream's actions on the table's streams.
+    let policy = serde_json::json!({"Version": "2012-10-17", "Statement": [
+        table_and_queue[0], table_and_queue[1],
+        {"Effect": "Allow",
+         "Action": ["dynamodb:DescribeStream", "dynamodb:GetShardIterator",
+                    "dynamodb:GetRecords", "dynamodb:ListStreams"],
+         "Resource": "arn:aws:dynamodb:*:*:table/doctor-orders*/stream/*"}]});
+    let careful = deploy(&config, &stream_arn, &policy, None, &variables, |mapping| {
+        mapping
+            .tumbling_window_in_seconds(900)
+            .function_response_types(
+                aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures,
+            )
+            .maximum_retry_attempts(-1)
+            .maximum_record_age_in_seconds(-1)
+            .bisect_batch_on_function_error(false)
+            .parallelization_factor(1)
+    })
+    .await;
+    let output = run(&endpoint, &["doctor", "--function", &careful], "");
+    let said = text(&output.stdout) + &text(&output.stderr);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("no problems found"), "{said}");
 }

@@ -2,12 +2,23 @@
 """The Powertools side of `make bench-compare` (BENCHMARKS.md, "Side by side with Powertools").
 
 The ledger function as a Powertools for AWS Lambda (Python) user would write it: `BatchProcessor`
-for Kinesis with `process_partial_response`, and a record handler made idempotent with
-`@idempotent_function` on a `DynamoDBPersistenceLayer`, keyed on the record's `eventID` (shard
-and sequence number). The handler does what the ledger's does (`functions/ledger/src/lib.rs`):
-reads the order, rejects an empty `order_id` or a `"fail": "poison"` order, fails a
-`"fail": "transient"` one on its first `fail_times` attempts (counted in the ledger table), and
-adds the amount to the order's item with the same `UpdateItem`.
+with `process_partial_response`, and a record handler made idempotent with `@idempotent_function`
+on a `DynamoDBPersistenceLayer`, keyed on the record's `eventID`. The handler does what the
+ledger's does (`functions/ledger/src/lib.rs`): reads the order, rejects an empty `order_id` or a
+`"fail": "poison"` order, fails a `"fail": "transient"` one on its first `fail_times` attempts
+(counted in the ledger table), and adds the amount to the order's item with the same
+`UpdateItem`.
+
+Two sources (`--event-type`):
+- `kinesis` (the default): `EventType.KinesisDataStreams`; the order is the record's JSON data;
+  `eventID` is `shard:sequence`.
+- `dynamodb-streams`: `EventType.DynamoDBStreams`; the order is the change's `NewImage`
+  (deserialized by Powertools: `amount_cents` is a `Decimal`), a REMOVE is done without an
+  effect; `eventID` is the change's own 32-hex id. The event files are the toolkit's window
+  events: Powertools reads their `Records` and ignores the window's fields, as it would under a
+  mapping without a window (it needs none: it keeps no state per shard). Its answer has no
+  `state`, so under the toolkit's window mapping Lambda would fail it; Powertools does not run
+  under one.
 
 `scripts/bench-compare` runs it beside the toolkit's driver (`functions/ledger/examples/
 bench_compare.rs`) with the same protocol: the event files are arguments, read before the first
@@ -19,7 +30,7 @@ invocation's body read from JSON (the runtime's `json.loads`), the handler, and 
 serialized. CPU time is `time.process_time()` around it (every thread of this process).
 
     .venv/bin/python scripts/bench_compare/powertools_side.py --endpoint http://127.0.0.1:PORT \\
-        --idempotency-table IDEMPOTENCY --ledger-table LEDGER EVENT.json...
+        --idempotency-table IDEMPOTENCY --ledger-table LEDGER [--event-type dynamodb-streams] EVENT.json...
 """
 
 import argparse
@@ -27,6 +38,7 @@ import json
 import os
 import sys
 import time
+from decimal import Decimal
 
 # Powertools names the idempotency key after the function; set before it is imported.
 os.environ.setdefault("AWS_LAMBDA_FUNCTION_NAME", "ledger-powertools")
@@ -41,6 +53,10 @@ from aws_lambda_powertools.utilities.batch import (  # noqa: E402
     BatchProcessor,
     EventType,
     process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (  # noqa: E402
+    DynamoDBRecord,
+    DynamoDBRecordEventName,
 )
 from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import (  # noqa: E402
     KinesisStreamRecord,
@@ -76,12 +92,39 @@ class Transient(Exception):
     """A record to retry (the ledger's `Outcome::retry`)."""
 
 
-def build(endpoint: str, idempotency_table: str, ledger_table: str):
+def kinesis_order(record: KinesisStreamRecord) -> tuple[dict | None, str]:
+    """A Kinesis record's order (its JSON data) and sequence number."""
+    try:
+        order = record.kinesis.data_as_json()
+    except ValueError as error:
+        raise Rejected(f"not an order: {error}") from error
+    return order, record.kinesis.sequence_number
+
+
+def dynamodb_order(record: DynamoDBRecord) -> tuple[dict | None, str]:
+    """A DynamoDB change's order (its new image, numbers as `int`) and sequence number; no order
+    for a REMOVE."""
+    if record.event_name == DynamoDBRecordEventName.REMOVE:
+        return None, record.dynamodb.sequence_number
+    image = record.dynamodb.new_image
+    order = {name: int(value) if isinstance(value, Decimal) and value == int(value) else value
+             for name, value in image.items()}
+    return order, record.dynamodb.sequence_number
+
+
+SOURCES = {
+    "kinesis": (EventType.KinesisDataStreams, kinesis_order),
+    "dynamodb-streams": (EventType.DynamoDBStreams, dynamodb_order),
+}
+
+
+def build(endpoint: str, idempotency_table: str, ledger_table: str, event_type: str = "kinesis"):
     """The function's handler, and a counter of records applied (the handler's body ran)."""
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
     persistence = DynamoDBPersistenceLayer(table_name=idempotency_table, boto3_client=client)
     config = IdempotencyConfig(event_key_jmespath="eventID", raise_on_no_idempotency_key=True)
-    processor = BatchProcessor(event_type=EventType.KinesisDataStreams)
+    powertools_type, read_order = SOURCES[event_type]
+    processor = BatchProcessor(event_type=powertools_type)
     applied = [0]
 
     def attempt(sequence: str) -> int:
@@ -95,15 +138,14 @@ def build(endpoint: str, idempotency_table: str, ledger_table: str):
         return int(output.get("Attributes", {}).get("attempts", {}).get("N", "1"))
 
     @idempotent_function(data_keyword_argument="record", persistence_store=persistence, config=config)
-    def record_handler(record: KinesisStreamRecord) -> dict:
-        try:
-            order = record.kinesis.data_as_json()
-        except ValueError as error:
-            raise Rejected(f"not an order: {error}") from error
+    def record_handler(record: KinesisStreamRecord | DynamoDBRecord) -> dict:
+        order, sequence = read_order(record)
+        if order is None:
+            # A REMOVE: done, nothing to apply.
+            return {"sequence": sequence}
         order_id = order.get("order_id") if isinstance(order, dict) else None
         if not isinstance(order_id, str) or not order_id or not isinstance(order.get("amount_cents"), int):
             raise Rejected("not an order, or an empty order_id")
-        sequence = record.kinesis.sequence_number
         if order.get("fail") == "poison":
             raise Rejected(f"order {order_id} is marked poison")
         if order.get("fail") == "transient" and attempt(sequence) <= order.get("fail_times", 1):
@@ -138,9 +180,10 @@ def main() -> None:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--idempotency-table", required=True)
     parser.add_argument("--ledger-table", required=True)
+    parser.add_argument("--event-type", choices=sorted(SOURCES), default="kinesis")
     parser.add_argument("events", nargs="*")
     args = parser.parse_args()
-    handler, applied = build(args.endpoint, args.idempotency_table, args.ledger_table)
+    handler, applied = build(args.endpoint, args.idempotency_table, args.ledger_table, args.event_type)
     bodies = {}
     for path in args.events:
         with open(path, "rb") as file:

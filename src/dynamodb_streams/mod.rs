@@ -126,8 +126,8 @@ impl<H: Handler> Processor<H, ShardMode> {
     ///
     /// # Errors
     ///
-    /// [`ProcessError::NotAWindowEvent`] when the event has changes but names no shard or
-    /// stream (the mapping sets no tumbling window); [`ProcessError::Unreportable`] when a change
+    /// [`ProcessError::NotAWindowEvent`] when the event names no shard or stream (the mapping
+    /// sets no tumbling window, or it is no `DynamoDB` stream event); [`ProcessError::Unreportable`] when a change
     /// has no readable sequence number. Either way Lambda delivers the batch again.
     ///
     /// ```
@@ -149,7 +149,7 @@ impl<H: Handler> Processor<H, ShardMode> {
         event: WindowEvent,
         context: &Context,
     ) -> Result<WindowResponse, ProcessError> {
-        if event.records.is_empty() {
+        if event.records.is_empty() && event.shard_id.is_some() {
             // A window's last invocation usually holds no change: nothing to do but answer.
             return Ok(WindowResponse::default());
         }
