@@ -210,11 +210,8 @@ bench-json-readers:
 # Section 7 of BENCHMARKS.md. One moto for both sides, started and stopped (by its PID) by the
 # script; the toolkit's driver is built with the release profile, as the processor benchmark is.
 COMPARE_ARGS ?=
-# The DynamoDB Streams driver is built when it is there; without it the script measures
-# Powertools alone for that source and says so.
-COMPARE_EXAMPLES := bench_compare $(if $(wildcard functions/ledger/examples/bench_compare_dynamodb.rs),bench_compare_dynamodb)
 bench-compare: $(VENV)/.installed
-	cargo build --release -p ledger $(addprefix --example ,$(COMPARE_EXAMPLES))
+	cargo build --release -p ledger --example bench_compare
 	$(VENV)/bin/python scripts/bench-compare $(COMPARE_ARGS)
 
 clean:

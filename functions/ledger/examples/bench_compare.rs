@@ -1,4 +1,5 @@
-//! The toolkit's side of `make bench-compare` (BENCHMARKS.md, "Side by side with Powertools"):
+//! The toolkit's side of `make bench-compare` (BENCHMARKS.md, "Side by side with Powertools"),
+//! for a Kinesis stream or (`--source dynamodb-streams`) a table's stream:
 //! the ledger's handler on `DynamoLeaseStore` and `DynamoBook`, as `main.rs` builds it, against
 //! a local `DynamoDB` (moto), timing each batch it is given.
 //!
@@ -35,6 +36,7 @@ use std::time::Instant;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
+use kinesis_checkpoint::dynamodb_streams::WindowEvent;
 use kinesis_checkpoint::event::InvocationEvent;
 use kinesis_checkpoint::report::Disposition;
 use kinesis_checkpoint::{DynamoLeaseStore, Processor};
@@ -46,16 +48,18 @@ struct Args {
     endpoint: String,
     lease_table: String,
     ledger_table: String,
+    /// `kinesis` (Kinesis events) or `dynamodb-streams` (window events of a table's stream).
+    source: String,
     events: Vec<String>,
 }
 
-const USAGE: &str =
-    "usage: bench_compare --endpoint URL --lease-table NAME --ledger-table NAME EVENT.json...";
+const USAGE: &str = "usage: bench_compare --endpoint URL --lease-table NAME --ledger-table NAME [--source kinesis|dynamodb-streams] EVENT.json...";
 
 fn parse_args() -> Result<Args, String> {
     let mut endpoint = None;
     let mut lease_table = None;
     let mut ledger_table = None;
+    let mut source = None;
     let mut events = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -63,6 +67,7 @@ fn parse_args() -> Result<Args, String> {
             "--endpoint" => &mut endpoint,
             "--lease-table" => &mut lease_table,
             "--ledger-table" => &mut ledger_table,
+            "--source" => &mut source,
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}; {USAGE}"));
             }
@@ -80,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         endpoint: endpoint.ok_or(USAGE)?,
         lease_table: lease_table.ok_or(USAGE)?,
         ledger_table: ledger_table.ok_or(USAGE)?,
+        source: source.unwrap_or_else(|| "kinesis".to_owned()),
         events,
     })
 }
@@ -117,7 +123,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // As `main.rs` builds it, less the gate, the metrics and the dead letters (module doc).
     let leases = Arc::new(DynamoLeaseStore::new(&config, &args.lease_table));
     let book = Arc::new(DynamoBook::new(&config, &args.ledger_table));
-    let processor = Processor::new(leases, ledger::handler(book));
+    // For a table's stream, as `main.rs` builds it for `EVENT_SOURCE=dynamodb-streams`: each
+    // change read as the order the Kinesis ledger reads.
+    let dynamodb = match args.source.as_str() {
+        "kinesis" => false,
+        "dynamodb-streams" => true,
+        other => return Err(format!("unknown source {other}; {USAGE}").into()),
+    };
+    let processor = Processor::new(leases.clone(), ledger::handler(Arc::clone(&book)));
+    let table_processor = Processor::new(leases, ledger::changes::orders(ledger::handler(book)));
 
     let mut bodies = HashMap::new();
     for path in &args.events {
@@ -144,9 +158,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let cpu_before = cpu_ns()?;
         let started = Instant::now();
-        let event: InvocationEvent = serde_json::from_slice(body)?;
-        let report = processor.process_batch(event.0, &context).await?;
-        let answer = serde_json::to_vec(&report.response())?;
+        // A window event runs as `process_dynamodb` runs it; its answer carries the state.
+        let (report, answer) = if dynamodb {
+            let event: WindowEvent = serde_json::from_slice(body)?;
+            let report = table_processor
+                .process_batch(event.into_kinesis()?, &context)
+                .await?;
+            let mut answer = serde_json::to_value(report.response())?;
+            answer["state"] = json!({});
+            (report, serde_json::to_vec(&answer)?)
+        } else {
+            let event: InvocationEvent = serde_json::from_slice(body)?;
+            let report = processor.process_batch(event.0, &context).await?;
+            let answer = serde_json::to_vec(&report.response())?;
+            (report, answer)
+        };
         let wall = started.elapsed();
         let cpu = cpu_ns()? - cpu_before;
 
