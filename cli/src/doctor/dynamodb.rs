@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use yaml_rust2::Yaml;
 
-use super::{Finding, LONGEST_WINDOW, Severity, Statement, Template, flatten, matches, tokens};
+use super::iam::{flatten, matches, tokens, wildcard};
+use super::{Finding, LONGEST_WINDOW, Severity, Statement, Template};
 
 /// What the mapping and the parent gate call on the stream: the mapping reads it with all four,
 /// the gate's topology reads `ParentShardId`s with `DescribeStream`.
@@ -114,11 +115,11 @@ impl Template {
             return false;
         };
         if !stream.made_up {
-            return super::wildcard(&granted, arn);
+            return wildcard(&granted, arn);
         }
         // The region, account and label are unknown: compare what follows `table/`.
         match (granted.split_once(":table/"), arn.split_once(":table/")) {
-            (Some((_, granted)), Some((_, arn))) => super::wildcard(granted, arn),
+            (Some((_, granted)), Some((_, arn))) => wildcard(granted, arn),
             _ => false,
         }
     }
