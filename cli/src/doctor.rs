@@ -469,8 +469,8 @@ impl Template {
         });
     }
 
-    /// The function's settings that must agree with the mapping: the checkpoint mode with the
-    /// `ParallelizationFactor`, and the gate's starting position with the mapping's.
+    /// The Kinesis mapping's settings and the function's that must agree with them: no tumbling
+    /// window, the checkpoint mode with the `ParallelizationFactor`, the starting position.
     fn check_environment(
         &self,
         subject: &str,
@@ -487,6 +487,18 @@ impl Template {
                 fix: fix.to_owned(),
             });
         };
+        if let Some(seconds) = self.number(&mapping["TumblingWindowInSeconds"])
+            && seconds > 0
+        {
+            find(
+                Severity::Error,
+                format!(
+                    "TumblingWindowInSeconds is {seconds} on a Kinesis mapping: Lambda fails every \
+                     invocation whose answer has no `state`, and the Kinesis service answers none"
+                ),
+                "remove `TumblingWindowInSeconds` (only DynamoDB stream mappings need a window)",
+            );
+        }
         let parallel = self.number(&mapping["ParallelizationFactor"]).unwrap_or(1);
         let mode_value = environment.get("CHECKPOINT_MODE").map(|v| self.value(v));
         let mode = mode_value

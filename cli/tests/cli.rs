@@ -812,6 +812,24 @@ fn doctor_requires_the_partition_key_mode_for_a_parallelization_factor_above_one
 }
 
 #[test]
+fn doctor_refuses_a_tumbling_window_on_a_kinesis_mapping() {
+    let windowed = broken_template(&[(
+        "ParallelizationFactor: 1",
+        "ParallelizationFactor: 1\n            TumblingWindowInSeconds: 60",
+    )]);
+    let (ok, said) = doctor(&windowed);
+    assert!(!ok, "{said}");
+    for expected in [
+        "LedgerFunction event Orders",
+        "TumblingWindowInSeconds is 60 on a Kinesis mapping",
+        "fix: remove `TumblingWindowInSeconds`",
+        "1 errors, 0 warnings",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in:\n{said}");
+    }
+}
+
+#[test]
 fn doctor_names_each_permission_the_role_lacks() {
     let path = broken_template(&[
         (
