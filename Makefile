@@ -200,7 +200,7 @@ bench: $(VENV)/.installed
 	$(MAKE) bench-compare
 
 # Other JSON readers of the processor bench's event, beside the floor of the duplicate batch from
-# the bytes (BENCHMARKS.md, section 1, twenty-second and twenty-third rounds). A workspace of its
+# the bytes (BENCHMARKS.md, section 1). A workspace of its
 # own, built apart, so that nothing else compiles the readers; its figures land in the processor
 # bench's directory, where scripts/bench_summary.py prints them.
 bench-json-readers:

@@ -18,9 +18,9 @@
 //!
 //! The processor runs as a function runs it: one processor and store for every batch, as a
 //! Lambda function builds them once and keeps them across invocations, each batch the shard's
-//! next, its sequence numbers above the last batch's ([`Batches`]). Through the eighteenth round
-//! (BENCHMARKS.md, section 1) each batch had a processor and a store of its own, built and freed
-//! in the timed part; `batch_*/processor_new_store` still measures that, beside it.
+//! next, its sequence numbers above the last batch's ([`Batches`]). Beside it,
+//! `batch_*/processor_new_store` gives each batch a processor and a store of its own, built and
+//! freed in the timed part.
 //!
 //! Two handlers:
 //!
@@ -497,8 +497,7 @@ fn count(spec: &str) {
             .unwrap();
     }
     // At least 256 KB, so that glibc maps it apart from the heap whatever the iterations: its
-    // size moved where the batch's blocks fell, and with them the time (BENCHMARKS.md, section
-    // 1, eighteenth round).
+    // size moved where the batch's blocks fell, and with them the time.
     let mut times: Vec<u128> =
         Vec::with_capacity(usize::try_from(iterations).unwrap_or_default().max(16_384));
     // Where the batch's blocks fall moves its time as much as a change of the code does (the

@@ -17,7 +17,7 @@ steps, positions first (`least_in_two_phases`), and in two passes over the event
 With `--cache`, callgrind also simulates the data caches (`--cache-sim=yes`, this machine's L1d
 as the first level and its L2 per core as the last, read from `/sys`; callgrind simulates two
 levels only, and with a shared L3 of many megabytes as the last, most batches would fit; 48 KB
-and 2 MB, the ninth round's Intel Xeon, where `/sys` does not say) and the script prints the
+and 2 MB, an Intel Xeon's, where `/sys` does not say) and the script prints the
 misses per record beside the instructions: D1 (first level) and LL (the L2, the last level
 simulated), the bare loop's, the processor's and what it adds. Like the instruction count, a
 simulated miss count is the same whatever else the machine runs; it shows what an instruction
@@ -31,7 +31,7 @@ shows is where the processor's own work is, and whether a change removed some of
 By default each benchmark runs until at least 2,000 records are counted (20 iterations of 100
 records, 2 of 1,000 or 10,000): over 2 iterations of 100, one consolidation of glibc's fast bins
 falling inside the counted part rather than outside it moved the count by 300 instructions
-per record (BENCHMARKS.md, section 1, ninth round). `--iterations N` sets one count for all.
+per record. `--iterations N` sets one count for all.
 
 Usage: scripts/bench_instructions.py BENCH_BINARY [--iterations N] [--sizes 100,1000,10000]
        [--only GROUP/FUNCTION] [--keep DIR] [--cache]
@@ -75,8 +75,7 @@ BENCHMARKS = (
 )
 
 
-# The caches `--cache` simulates when the machine does not say (the Intel Xeon of BENCHMARKS.md,
-# section 1, ninth round): its L1d and L2 per core (size, ways, line).
+# The caches `--cache` simulates when the machine does not say (an Intel Xeon's): its L1d and L2 per core (size, ways, line).
 DEFAULT_CACHES = ("--D1=49152,12,64", "--LL=2097152,16,64")
 
 # The bounds the bench runs beside the processor (`benches/processor.rs`), printed under it.
@@ -92,8 +91,8 @@ BOUNDS = (
 def machine_caches() -> tuple[str, ...]:
     """This machine's L1d and L2 per core as callgrind's options, read from
     `/sys/devices/system/cpu/cpu0/cache`: the misses counted are those of the machine whose
-    times they explain (32 KB and 512 KB on the AMD EPYC of the tenth round, 48 KB and 2 MB on
-    the Xeon of the ninth)."""
+    times they explain (32 KB and 512 KB on an AMD EPYC, 48 KB and 2 MB on
+    an Intel Xeon)."""
     found = {}
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:

@@ -11,7 +11,7 @@ processor adds per record. Then the targets of issue 17 (BENCHMARKS.md, section 
 the figures it was judged on. The processor is measured as a function runs it: one processor
 and store kept across batches, each batch the shard's next. Beside it, from the `KinesisEvent`
 and not judged, `processor_new_store`: a processor and store built and freed with each batch,
-what the bench measured through the eighteenth round of BENCHMARKS.md, section 1.
+as a function would if it built them per invocation.
 
 - with the JSON handler, the processor takes at most 1.2 times the bare loop, at every size;
 - with the JSON and with the empty handler, it adds under 0.25 us per record at every size,

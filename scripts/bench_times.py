@@ -3,7 +3,7 @@
 over the stack's alignments.
 
 Criterion's figures on this machine move by several percent between runs of one binary, and by
-more between builds (see BENCHMARKS.md, section 1, eighteenth round): much of it is where the
+more between builds: much of it is where the
 process's stack starts (the size of its environment sets it) and where its blocks fall on the
 heap. With the JSON handler at 100 records, one build took 55 or 65 us per batch by the size of
 one block allocated before the batches (the bench's own vector of times), the same instructions

@@ -1,8 +1,7 @@
 //! The bounds `benches/processor.rs` judges the processor against, from the `KinesisEvent`: the
 //! least any processor that dedupes must add to the bare loop, in its one pass; and the same
-//! work in the processor's three passes, over the whole batch or a chunk at a time
-//! (BENCHMARKS.md, section 1, twelfth round), or in two steps, as the processor reads a large
-//! event (thirteenth round), or in two passes over the event where it lies (fifteenth round).
+//! work in the processor's three passes, over the whole batch or a chunk at a time, or in two
+//! steps, as the processor reads a large event, or in two passes over the event where it lies.
 //! None is the crate's own code.
 
 use std::hint::black_box;
@@ -54,7 +53,7 @@ fn shard_of(record: &KinesisEventRecord) -> Option<&str> {
 /// number read and compared with the checkpoint, and the last one done kept for the checkpoint
 /// write. No lease, store, report, guard or deadline: a bound below every design, to judge the
 /// targets by. Each record is read just before the bare loop would free it, so the reads add
-/// instructions but no cache misses (BENCHMARKS.md, section 1, twelfth round).
+/// instructions but no cache misses.
 pub async fn least_processor<F, Fut>(
     event: KinesisEvent,
     checkpoint: &SequenceNumber,
@@ -126,8 +125,7 @@ impl Place {
 /// size, these are the processor's three passes over the whole batch, the event read in place;
 /// with a small `chunk`, each chunk's records are moved out of the event (as the bare loop
 /// moves each record) and its passes run while it is still in the cache. It measures what the
-/// passes cost, and what reading the event in chunks would win back (BENCHMARKS.md, section 1,
-/// twelfth round).
+/// passes cost, and what reading the event in chunks would win back.
 pub fn least_in_passes(
     event: KinesisEvent,
     checkpoint: &SequenceNumber,
@@ -244,8 +242,7 @@ fn positions(records: &[KinesisEventRecord]) -> Option<(FirstShard, Vec<Sequence
 /// checked and its sequence number read over the whole batch first (what the stages before
 /// dispatch need), then each payload handed to the user code where it lies in the event, then
 /// the event freed whole, as the bare loop frees it. No block of records and nothing moved out
-/// of the event: what the processor's passes would cost if its records were the event's own
-/// (BENCHMARKS.md, section 1, fifteenth round).
+/// of the event: what the processor's passes would cost if its records were the event's own.
 pub fn least_in_place(
     event: KinesisEvent,
     checkpoint: &SequenceNumber,
@@ -275,7 +272,7 @@ pub fn least_in_place(
 /// the stages before dispatch need (each record's shard checked, its sequence number read into
 /// a vector): the processor's intake for a large event (`event/placed.rs`), which keeps the
 /// claim, the gate and dedupe before dispatch and reads each chunk's payloads, and frees its
-/// part of the event, only as it is dispatched (BENCHMARKS.md, section 1, thirteenth round).
+/// part of the event, only as it is dispatched.
 pub fn least_in_two_phases(
     event: KinesisEvent,
     checkpoint: &SequenceNumber,

@@ -23,8 +23,7 @@
 //! `cargo lambda` builds a function, for the architecture's generic CPU; BENCHMARKS.md gives
 //! the figures built with `-C target-cpu=native` too.
 //!
-//! Run with `make bench-json-readers` (BENCHMARKS.md, section 1, twenty-second and twenty-third
-//! rounds).
+//! Run with `make bench-json-readers`; `docs/dev/README.md` says what it showed.
 
 use std::hint::black_box;
 
