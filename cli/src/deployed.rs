@@ -97,14 +97,13 @@ async fn describe(
             Value::from(ROLE_ID)
         }
         Err(error) => {
-            findings.push(Finding {
-                severity: Severity::Warning,
-                subject: id.clone(),
-                problem: format!("the policies of the role {role_arn} cannot be read: {error}"),
-                fix: "run the doctor with iam:ListRolePolicies, iam:GetRolePolicy, \
-                      iam:ListAttachedRolePolicies, iam:GetPolicy and iam:GetPolicyVersion"
-                    .to_owned(),
-            });
+            findings.push(Finding::new(
+                &id,
+                Severity::Warning,
+                format!("the policies of the role {role_arn} cannot be read: {error}"),
+                "run the doctor with iam:ListRolePolicies, iam:GetRolePolicy, \
+                 iam:ListAttachedRolePolicies, iam:GetPolicy and iam:GetPolicyVersion",
+            ));
             // Not a resource of the template: the checks say the role cannot be checked.
             Value::from(role_arn)
         }

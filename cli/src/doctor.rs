@@ -63,6 +63,18 @@ pub struct Finding {
     pub fix: String,
 }
 
+impl Finding {
+    /// What a check found about `subject`.
+    pub(crate) fn new(subject: &str, severity: Severity, problem: String, fix: &str) -> Self {
+        Self {
+            severity,
+            subject: subject.to_owned(),
+            problem,
+            fix: fix.to_owned(),
+        }
+    }
+}
+
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -234,14 +246,13 @@ pub fn check_template(text: &str) -> Result<Vec<Finding>, DoctorError> {
         }
     }
     if mappings == 0 {
-        findings.push(Finding {
-            severity: Severity::Error,
-            subject: "template".to_owned(),
-            problem: "no Kinesis or DynamoDB Streams event source mapping found".to_owned(),
-            fix: "add a Kinesis or DynamoDB event to the function (SAM `Events: {Type: Kinesis}` \
-                  or `{Type: DynamoDB}`) or an AWS::Lambda::EventSourceMapping"
-                .to_owned(),
-        });
+        findings.push(Finding::new(
+            "template",
+            Severity::Error,
+            "no Kinesis or DynamoDB Streams event source mapping found".to_owned(),
+            "add a Kinesis or DynamoDB event to the function (SAM `Events: {Type: Kinesis}` \
+             or `{Type: DynamoDB}`) or an AWS::Lambda::EventSourceMapping",
+        ));
     }
     findings.sort_by_key(|finding| std::cmp::Reverse(finding.severity));
     Ok(findings)
@@ -326,13 +337,8 @@ impl Template {
         findings: &mut Vec<Finding>,
     ) {
         let gap = source.gap();
-        let mut find = |severity, problem: String, fix: &str| {
-            findings.push(Finding {
-                severity,
-                subject: subject.to_owned(),
-                problem,
-                fix: fix.to_owned(),
-            });
+        let mut find = |severity, problem, fix: &str| {
+            findings.push(Finding::new(subject, severity, problem, fix));
         };
         let reports = mapping["FunctionResponseTypes"]
             .as_vec()
@@ -461,12 +467,12 @@ impl Template {
         } else {
             format!("{function}'s EVENT_SOURCE is '{value}', which the toolkit does not know")
         };
-        findings.push(Finding {
-            severity: Severity::Error,
-            subject: subject.to_owned(),
+        findings.push(Finding::new(
+            subject,
+            Severity::Error,
             problem,
-            fix: format!("set the function's environment variable `EVENT_SOURCE: {expected}`"),
-        });
+            &format!("set the function's environment variable `EVENT_SOURCE: {expected}`"),
+        ));
     }
 
     /// The Kinesis mapping's settings and the function's that must agree with them: no tumbling
@@ -479,13 +485,8 @@ impl Template {
         environment: &BTreeMap<String, Yaml>,
         findings: &mut Vec<Finding>,
     ) {
-        let mut find = |severity, problem: String, fix: &str| {
-            findings.push(Finding {
-                severity,
-                subject: subject.to_owned(),
-                problem,
-                fix: fix.to_owned(),
-            });
+        let mut find = |severity, problem, fix: &str| {
+            findings.push(Finding::new(subject, severity, problem, fix));
         };
         if let Some(seconds) = self.number(&mapping["TumblingWindowInSeconds"])
             && seconds > 0
@@ -552,16 +553,17 @@ impl Template {
             environment.get("STARTING_POSITION").map(|v| self.value(v)),
         ) && function_start.as_str().is_some_and(|s| s != mapping_start)
         {
-            findings.push(Finding {
-                severity: Severity::Warning,
-                subject: subject.to_owned(),
-                problem: format!(
-                    "the mapping starts at {mapping_start} but {function}'s STARTING_POSITION is \
-                     {}: the parent gate judges unseen parents by the wrong rule",
-                    function_start.as_str().unwrap_or_default()
-                ),
-                fix: "give STARTING_POSITION the mapping's StartingPosition".to_owned(),
-            });
+            let problem = format!(
+                "the mapping starts at {mapping_start} but {function}'s STARTING_POSITION is {}: \
+                 the parent gate judges unseen parents by the wrong rule",
+                function_start.as_str().unwrap_or_default()
+            );
+            findings.push(Finding::new(
+                subject,
+                Severity::Warning,
+                problem,
+                "give STARTING_POSITION the mapping's StartingPosition",
+            ));
         }
     }
 }

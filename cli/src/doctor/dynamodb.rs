@@ -167,13 +167,8 @@ impl Template {
         environment: &BTreeMap<String, Yaml>,
         findings: &mut Vec<Finding>,
     ) {
-        let mut find = |severity, problem: String, fix: &str| {
-            findings.push(Finding {
-                severity,
-                subject: subject.to_owned(),
-                problem,
-                fix: fix.to_owned(),
-            });
+        let mut find = |severity, problem, fix: &str| {
+            findings.push(Finding::new(subject, severity, problem, fix));
         };
         let window = self.number(&mapping["TumblingWindowInSeconds"]);
         match window {

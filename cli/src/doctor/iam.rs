@@ -15,13 +15,8 @@ impl Template {
         environment: &BTreeMap<String, Yaml>,
         findings: &mut Vec<Finding>,
     ) {
-        let mut find = |severity, problem: String, fix: String| {
-            findings.push(Finding {
-                severity,
-                subject: subject.to_owned(),
-                problem,
-                fix,
-            });
+        let mut find = |severity, problem, fix: &str| {
+            findings.push(Finding::new(subject, severity, problem, fix));
         };
         let Some(statements) = self.statements(function) else {
             find(
@@ -29,7 +24,7 @@ impl Template {
                 format!(
                     "{function}'s role is not in the template (or could not be read): its permissions cannot be checked"
                 ),
-                "check the role by hand for the permissions listed in the README".to_owned(),
+                "check the role by hand for the permissions listed in the README",
             );
             return;
         };
@@ -59,7 +54,7 @@ impl Template {
                                 "{function}'s role does not allow {action} on the table's stream ({})",
                                 stream.name
                             ),
-                            format!(
+                            &format!(
                                 "allow `{action}` on `{}` in the function's role (a grant on \
                                  the table does not cover its stream)",
                                 stream.reference()
@@ -81,7 +76,7 @@ impl Template {
                 format!(
                     "{function} has no LEASE_TABLE variable: the lease table's permissions cannot be checked"
                 ),
-                "name the lease table in the function's environment as LEASE_TABLE".to_owned(),
+                "name the lease table in the function's environment as LEASE_TABLE",
             ),
         }
         if let Some(queue) = environment.get("DEAD_LETTER_QUEUE_URL") {
@@ -106,7 +101,7 @@ impl Template {
                 find(
                     Severity::Error,
                     format!("{function}'s role does not allow {action} on {what} ({resource})"),
-                    format!("allow `{action}` on `{resource}` in the function's role"),
+                    &format!("allow `{action}` on `{resource}` in the function's role"),
                 );
             }
         }
