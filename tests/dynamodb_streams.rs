@@ -9,9 +9,9 @@ mod dynamodb_local;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewType, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use common::moto::{create_lease_table, create_table, sdk_config, unique};
-use dynamodb_local::{DynamoDbLocal, changes, shards, window_event};
+use dynamodb_local::{DynamoDbLocal, changes, enable_stream, shards, window_event};
 use kinesis_checkpoint::dynamodb_streams::{DynamoDbStreamsTopology, WindowEvent, WindowResponse};
 use kinesis_checkpoint::effects::{Write, Writes};
 use kinesis_checkpoint::gate::{Gate, StartingPosition};
@@ -65,22 +65,7 @@ impl Setup {
         let leases = unique("leases");
         create_table(&config, &orders, "order_id").await;
         create_lease_table(&config, &leases).await;
-        let arn = client
-            .update_table()
-            .table_name(&orders)
-            .stream_specification(
-                StreamSpecification::builder()
-                    .stream_enabled(true)
-                    .stream_view_type(StreamViewType::NewImage)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap()
-            .table_description
-            .and_then(|table| table.latest_stream_arn)
-            .expect("a stream");
+        let arn = enable_stream(&client, &orders).await;
         let streams = aws_sdk_dynamodbstreams::Client::new(&config);
         Self {
             local,

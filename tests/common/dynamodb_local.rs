@@ -125,6 +125,27 @@ impl Drop for DynamoDbLocal {
     }
 }
 
+/// Turns on `table`'s stream of new images; returns the stream's ARN.
+pub async fn enable_stream(client: &aws_sdk_dynamodb::Client, table: &str) -> String {
+    use aws_sdk_dynamodb::types::{StreamSpecification, StreamViewType};
+    client
+        .update_table()
+        .table_name(table)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .table_description
+        .and_then(|table| table.latest_stream_arn)
+        .expect("the table has a stream")
+}
+
 /// A stream's shards, oldest first, as `(id, parent, closed)`.
 pub async fn shards(client: &Client, arn: &str) -> Vec<(String, Option<String>, bool)> {
     let description = client

@@ -11,22 +11,55 @@ mod dynamodb_local;
 use std::collections::HashMap;
 use std::path::Path;
 
-use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewType};
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::moto::{Moto, create_lease_table, create_table, sdk_config, unique};
 use common::root;
 use common::watch::Watched;
-use dynamodb_local::{DynamoDbLocal, changes, shards, window_event};
+use dynamodb_local::{DynamoDbLocal, changes, enable_stream, shards, window_event};
+
+/// The tables of one test in `DynamoDB` Local: the orders table with its stream, the lease
+/// table and the ledger table, each with a name of its own.
+struct Tables {
+    config: aws_config::SdkConfig,
+    client: aws_sdk_dynamodb::Client,
+    orders: String,
+    leases: String,
+    ledger: String,
+    /// The orders table's stream.
+    arn: String,
+}
+
+impl Tables {
+    async fn create(local: &DynamoDbLocal) -> Self {
+        let config = sdk_config(&local.endpoint, 3).await;
+        let client = aws_sdk_dynamodb::Client::new(&config);
+        let (orders, leases, ledger) = (unique("orders"), unique("leases"), unique("ledger"));
+        create_table(&config, &orders, "order_id").await;
+        create_lease_table(&config, &leases).await;
+        create_table(&config, &ledger, "order_id").await;
+        let arn = enable_stream(&client, &orders).await;
+        Self {
+            config,
+            client,
+            orders,
+            leases,
+            ledger,
+            arn,
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_rollover() {
     let local = DynamoDbLocal::start();
-    let config = sdk_config(&local.endpoint, 3).await;
-    let client = aws_sdk_dynamodb::Client::new(&config);
-    let (orders, leases, ledger) = (unique("orders"), unique("leases"), unique("ledger"));
-    create_table(&config, &orders, "order_id").await;
-    create_lease_table(&config, &leases).await;
-    create_table(&config, &ledger, "order_id").await;
-    let arn = enable_stream(&client, &orders).await;
+    let Tables {
+        config,
+        client,
+        orders,
+        leases,
+        ledger,
+        arn,
+    } = Tables::create(&local).await;
     let put = |order: &'static str, cents: i64| {
         client
             .put_item()
@@ -110,26 +143,6 @@ async fn orders_written_to_a_table_reach_the_ledger_once_each_in_order_across_a_
     drop(function);
 }
 
-/// Turns on `table`'s stream of new images; returns its ARN.
-async fn enable_stream(client: &aws_sdk_dynamodb::Client, table: &str) -> String {
-    client
-        .update_table()
-        .table_name(table)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewImage)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .table_description
-        .and_then(|table| table.latest_stream_arn)
-        .unwrap()
-}
-
 /// Every order of the ledger: its total and how many records were applied.
 async fn totals(
     client: &aws_sdk_dynamodb::Client,
@@ -155,13 +168,14 @@ async fn totals(
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sample_dynamodb_events_get_the_answers_their_readme_gives() {
     let local = DynamoDbLocal::start();
-    let config = sdk_config(&local.endpoint, 3).await;
-    let client = aws_sdk_dynamodb::Client::new(&config);
-    let (orders, leases, ledger) = (unique("orders"), unique("leases"), unique("ledger"));
-    create_table(&config, &orders, "order_id").await;
-    create_lease_table(&config, &leases).await;
-    create_table(&config, &ledger, "order_id").await;
-    let arn = enable_stream(&client, &orders).await;
+    let Tables {
+        config,
+        client,
+        leases,
+        ledger,
+        arn,
+        ..
+    } = Tables::create(&local).await;
     let streams = aws_sdk_dynamodbstreams::Client::new(&config);
     let shard = shards(&streams, &arn).await.remove(0).0;
     let moto = Moto::shared();
